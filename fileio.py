@@ -1,0 +1,182 @@
+"""Reading user text safely and writing outputs atomically.
+
+Every reader names the file and line of bad input; every writer goes through a temporary file that
+is renamed into place only when complete, so an interrupted run never leaves a plausible-looking
+partial output behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+
+class InputError(Exception):
+    """Bad user input: the message names the file (and line) and says what to do."""
+
+
+def open_input(path: str | os.PathLike) -> int:
+    """Check that `path` is a readable file before any work starts; returns its size in bytes."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file")
+    if p.is_dir():
+        raise InputError(f"{p}: is a directory, expected a file")
+    try:
+        return p.stat().st_size
+    except OSError as e:
+        raise InputError(f"{p}: cannot read ({e.strerror})") from e
+
+
+def _decode_lines(raw: list[bytes], path: Path, first_line: int, strict: bool) -> tuple[list[str], int]:
+    """Decode raw lines as UTF-8, dropping the line ending (LF or CRLF).
+
+    Invalid bytes are replaced with U+FFFD and counted, or raise InputError under `strict`.
+    """
+    blob = b"".join(raw)
+    try:
+        text = blob.decode("utf-8")
+        bad = 0
+    except UnicodeDecodeError:
+        if strict:
+            for i, line in enumerate(raw):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError(
+                        f"{path}:{first_line + i}: invalid UTF-8 at byte {e.start} "
+                        "(re-encode the file, or drop --strict to replace bad bytes with U+FFFD)"
+                    ) from None
+        bad = sum(1 for line in raw if not _is_utf8(line))
+        text = blob.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return [s[:-1] if s.endswith("\r") else s for s in lines], bad
+
+
+def _is_utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def iter_line_chunks(
+    path: str | os.PathLike, chunk_lines: int = 65536, strict: bool = False, stats: dict | None = None
+) -> Iterator[list[str]]:
+    """Yield the lines of a text file in chunks of at most `chunk_lines`, streaming from disk.
+
+    Invalid UTF-8 is replaced (counted in `stats["invalid_utf8_lines"]`) unless `strict`.
+    """
+    path = Path(path)
+    open_input(path)
+    stats = stats if stats is not None else {}
+    stats.setdefault("invalid_utf8_lines", 0)
+    line_no = 1
+    with open(path, "rb") as f:
+        while True:
+            raw = list(itertools.islice(f, chunk_lines))
+            if not raw:
+                return
+            lines, bad = _decode_lines(raw, path, line_no, strict)
+            stats["invalid_utf8_lines"] += bad
+            line_no += len(raw)
+            yield lines
+
+
+def count_lines(path: str | os.PathLike) -> int:
+    """Number of lines in a file (a final line without a newline counts), read in 1 MiB blocks."""
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            n += block.count(b"\n")
+            last = block[-1:]
+    return n + (last != b"\n")
+
+
+def split_pair(line: str, path: Path | str, line_no: int) -> tuple[str, str]:
+    """Split `sentence1<TAB>sentence2`; anything but exactly one tab is an InputError."""
+    parts = line.split("\t")
+    if len(parts) != 2:
+        raise InputError(
+            f"{path}:{line_no}: expected sentence1<TAB>sentence2, found {len(parts) - 1} tabs "
+            "(fix the line, or pass --skip-bad-lines)"
+        )
+    return parts[0], parts[1]
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, mode: str = "wb") -> Iterator:
+    """Open a temporary file beside `path`; on success fsync it and rename it to `path`.
+
+    On any exception the temporary file is removed and `path` keeps its previous content.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path` for a writer that opens files itself (np.lib.format,
+    h5py); it is fsynced and renamed to `path` only if the block finishes without an exception."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def run_cli(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
+    """Wrap a script's main so that user errors print one `error:` line and exit 2, not a traceback."""
+    from models import ModelError  # local: models imports this module
+
+    def wrapped(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv) or 0
+        except (InputError, ModelError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except OSError as e:
+            where = f"{e.filename}: " if e.filename else ""
+            print(f"error: {where}{e.strerror or e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("interrupted: no partial output was left behind", file=sys.stderr)
+            return 130
+
+    return wrapped

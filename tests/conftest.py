@@ -1,0 +1,75 @@
+"""Shared fixtures: a tiny generated corpus, a sentencepiece model trained on it, a tiny model file,
+and the path of the real data in ../shared/data (skipped when absent, a failure under CI=true)."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import models  # noqa: E402
+
+SHARED_DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
+
+SUBJECTS = ["a man", "the woman", "two dogs", "a young girl", "the old chef", "three kids", "a cyclist"]
+VERBS = ["is riding", "is cooking", "is playing with", "is walking past", "is looking at", "is painting"]
+OBJECTS = ["a red bicycle", "the blue ball", "some fresh bread", "a tall building", "the quiet river"]
+PLACES = ["in the park", "at the beach", "near the station", "on a sunny day", "inside the kitchen"]
+
+
+def generated_sentences(n: int, seed: int = 0) -> list[str]:
+    """Template sentences from a small word list: generated fixture text, not real data."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = [rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(OBJECTS), rng.choice(PLACES)]
+        sentence = " ".join(words) + rng.choice([".", "!", ""])
+        out.append(sentence.capitalize() if rng.random() < 0.5 else sentence)
+    return out
+
+
+def shared_data_or_skip() -> Path:
+    """The real data folder; a skip when absent, but a failure under CI=true."""
+    if SHARED_DATA.is_dir():
+        return SHARED_DATA
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{SHARED_DATA} is missing: CI must have ../shared/data")
+    pytest.skip(f"{SHARED_DATA} not present")
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    return shared_data_or_skip()
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n".join(s.lower() for s in generated_sentences(400)) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def sp_bytes(corpus_file) -> bytes:
+    return models.train_sentencepiece(corpus_file, vocab_size=120, num_threads=1)
+
+
+@pytest.fixture
+def tiny_model(sp_bytes) -> models.SPModel:
+    torch.manual_seed(0)
+    tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
+    return models.SPModel(tokenizer, torch.randn(len(tokenizer), 16))
+
+
+@pytest.fixture
+def tiny_model_file(tiny_model, tmp_path) -> Path:
+    path = tmp_path / "tiny.pt"
+    tiny_model.save(path)
+    return path
