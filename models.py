@@ -220,24 +220,28 @@ def _safe_load(path: Path) -> dict:
         with torch.serialization.safe_globals([argparse.Namespace]):
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).split("\n")[0] if "Unsupported global" not in str(e) else _global_of(e)
-        raise ModelError(f"{path}: refused to load: the file holds objects other than tensors ({first})") from None
+        raise ModelError(
+            f"{path}: refused to load: it holds code or objects other than tensors and plain data "
+            f"({_offending_global(e)}); this toolkit never runs pickled code from a model file"
+        ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
         if isinstance(e, FileNotFoundError):
             raise
-        raise ModelError(
-            f"{path}: not a readable model file, truncated or corrupt ({str(e).splitlines()[0]})"
-        ) from None
+        raise ModelError(f"{path}: not a readable model file, truncated or corrupt ({_first_sentence(e)})") from None
     if not isinstance(state, dict):
         raise ModelError(f"{path}: not a model checkpoint (top level is {type(state).__name__})")
     return state
 
 
-def _global_of(error: Exception) -> str:
-    for line in str(error).splitlines():
-        if "Unsupported global" in line:
-            return line.strip()
-    return "unsupported content"
+def _first_sentence(error: Exception) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text.split(". ")[0].rstrip(".")
+
+
+def _offending_global(error: Exception) -> str:
+    """The line of torch's refusal that names what the file tried to load."""
+    lines = [line.strip() for line in str(error).splitlines() if "GLOBAL" in line or "global" in line]
+    return lines[0].rstrip(".") if lines else "unsupported content"
 
 
 def load_model(

@@ -1,0 +1,78 @@
+"""Shared pieces of the benchmarks: the real data, a fixed English sentence sample, a cached
+50,000-piece sentencepiece model, and a header that says what machine the figures come from."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import platform
+import random
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import models  # noqa: E402
+
+DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
+CACHE = Path(__file__).resolve().parent / ".cache"
+
+
+def english_sentences() -> list[str]:
+    """Unique English sentences of the shared training data (captions, ASSET, English bitext sides),
+    in a fixed order: the same list on every machine that has ../shared/data."""
+    if not DATA.is_dir():
+        sys.exit(f"error: {DATA} not found: the benchmarks read the real data in ../shared/data")
+    files = sorted((DATA / "train" / "en_paraphrase").glob("*.pairs.tsv.gz"))
+    files += sorted((DATA / "train" / "bitext").glob("**/*.tsv.gz"))
+    seen: dict[str, None] = {}
+    for path in files:
+        both_sides = "en_paraphrase" in path.parts
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                cols = line.rstrip("\n").split("\t")
+                for s in cols if both_sides else cols[:1]:
+                    seen.setdefault(s)
+    sentences = [s for s in seen if s]
+    random.Random(0).shuffle(sentences)
+    return sentences
+
+
+def sentence_sample(n: int) -> list[str]:
+    """The first `n` of the fixed English sentence order."""
+    sentences = english_sentences()
+    if len(sentences) < n:
+        sys.exit(f"error: only {len(sentences)} English sentences found, {n} needed")
+    return sentences[:n]
+
+
+def sp_model_50k() -> bytes:
+    """A 50,000-piece unigram sentencepiece model of the English sentences, cached on disk."""
+    path = CACHE / "en50k.model"
+    if not path.exists():
+        CACHE.mkdir(exist_ok=True)
+        text = CACHE / "en.txt"
+        text.write_text("\n".join(s.lower() for s in english_sentences()) + "\n", encoding="utf-8")
+        path.write_bytes(models.train_sentencepiece(text, vocab_size=50_000))
+    return path.read_bytes()
+
+
+def machine_header() -> str:
+    """One paragraph naming the machine, versions and thread counts behind the figures."""
+    import numpy
+    import sentencepiece
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"machine: {cpu}, {os.cpu_count()} cores; python {platform.python_version()}, torch {torch.__version__}, "
+        f"sentencepiece {sentencepiece.__version__}, numpy {numpy.__version__}"
+    )

@@ -1,0 +1,34 @@
+"""Paraphrastic sentence embeddings (SP): train, embed, score and evaluate."""
+
+from pathlib import Path
+
+from setuptools import setup
+
+here = Path(__file__).resolve().parent
+requirements = [
+    line.strip() for line in (here / "requirements.txt").read_text().splitlines() if line.strip() and line[0] != "#"
+]
+
+setup(
+    name="paraphrastic",
+    version="0.1.0",
+    description=__doc__,
+    long_description=(here / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.10",
+    py_modules=["models", "fileio", "shards", "train", "evaluate", "embed_sentences", "score_sentence_pairs"],
+    install_requires=requirements,
+    extras_require={
+        "preprocess": ["fasttext>=0.9.2", "jieba>=0.42"],
+        "test": ["pytest>=7", "ruff>=0.5"],
+    },
+    entry_points={
+        "console_scripts": [
+            "paraphrastic-embed = embed_sentences:main",
+            "paraphrastic-score = score_sentence_pairs:main",
+            "paraphrastic-train = train:main",
+            "paraphrastic-evaluate = evaluate:main",
+        ]
+    },
+)

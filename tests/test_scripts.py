@@ -1,0 +1,106 @@
+"""The embed and score scripts: outputs match the API, one row per input line, clear one-line errors."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT, generated_sentences
+
+import embed_sentences
+import score_sentence_pairs
+from models import load_model
+
+
+def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(ROOT / script), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_embed_cli_matches_api(tiny_model_file, tmp_path):
+    sentences = generated_sentences(200, seed=7)
+    (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n")
+    out = tmp_path / "out.npy"
+    args = ["--sentence-file", tmp_path / "in.txt", "--load-file", tiny_model_file, "--output-file", out]
+    assert embed_sentences.main([*map(str, args), "--chunk-lines", "37", "--batch-size", "16", "--quiet"]) == 0
+    got = np.load(out)
+    assert got.shape == (200, 16) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, load_model(tiny_model_file).embed_raw_text(sentences))
+    assert embed_sentences.main([*map(str, args), "--dtype", "float16", "--quiet"]) == 0
+    assert np.load(out).dtype == np.float16
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.npy", "tiny.pt"]
+
+
+def test_embed_keeps_one_row_per_line_on_messy_text(tiny_model_file, tmp_path):
+    raw = b"first line\r\n\r\n\xff\xfe broken bytes\nnul\x00byte\n" + b"long " * 200_000 + b"\nno final newline"
+    (tmp_path / "messy.txt").write_bytes(raw)
+    out = tmp_path / "messy.npy"
+    args = ["--sentence-file", tmp_path / "messy.txt", "--load-file", tiny_model_file, "--output-file", out]
+    assert embed_sentences.main([*map(str, args), "--quiet"]) == 0
+    got = np.load(out)
+    assert got.shape[0] == 6
+    model = load_model(tiny_model_file)
+    expect = model.embed_raw_text(["first line", "", "\ufffd\ufffd broken bytes", "nul\x00byte"])
+    np.testing.assert_array_equal(got[:4], expect)
+    strict = run_script("embed_sentences.py", *args, "--strict", "--quiet")
+    assert strict.returncode == 2
+    assert strict.stderr.strip() == strict.stderr.strip().splitlines()[0]
+    assert "messy.txt:3: invalid UTF-8" in strict.stderr
+
+
+def test_empty_input_gives_empty_matrix(tiny_model_file, tmp_path):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    out = tmp_path / "e.npy"
+    args = ["--sentence-file", tmp_path / "empty.txt", "--load-file", tiny_model_file, "--output-file", out]
+    assert embed_sentences.main([*map(str, args), "--quiet"]) == 0
+    assert np.load(out).shape == (0, 16)
+
+
+def test_score_cli_matches_api(tiny_model_file, tmp_path):
+    pairs = list(zip(generated_sentences(120, 8), generated_sentences(120, 9), strict=True))
+    (tmp_path / "pairs.txt").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+    out = tmp_path / "scores.txt"
+    args = ["--sentence-pair-file", tmp_path / "pairs.txt", "--load-file", tiny_model_file, "--output-file", out]
+    assert score_sentence_pairs.main([*map(str, args), "--chunk-lines", "50", "--quiet"]) == 0
+    rows = [line.split("\t") for line in out.read_text().splitlines()]
+    assert [(a, b) for a, b, _ in rows] == pairs
+    expect = load_model(tiny_model_file).score_raw_text(pairs)
+    np.testing.assert_allclose([float(s) for _, _, s in rows], expect, atol=1e-6)
+
+
+def test_score_to_stdout(tiny_model_file, tmp_path):
+    (tmp_path / "p.txt").write_text("a man\ta woman\nthe dog\tthe dog\n")
+    done = run_script("score_sentence_pairs.py", "--sentence-pair-file", tmp_path / "p.txt", "--load-file",
+                      tiny_model_file, "--quiet")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and lines[1].startswith("the dog\tthe dog\t") and float(lines[1].split("\t")[2]) == 1.0
+
+
+@pytest.mark.parametrize("bad_line", ["no tab at all", "one\ttwo\tthree"])
+def test_malformed_pair_line_is_a_one_line_error(tiny_model_file, tmp_path, bad_line):
+    (tmp_path / "p.txt").write_text(f"a\tb\nc\td\n{bad_line}\ne\tf\n")
+    out = tmp_path / "o.txt"
+    base = ["--sentence-pair-file", tmp_path / "p.txt", "--load-file", tiny_model_file, "--output-file", out]
+    done = run_script("score_sentence_pairs.py", *base, "--quiet")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "p.txt:3: expected sentence1<TAB>sentence2" in done.stderr
+    assert not out.exists(), "a failed run leaves no output"
+    skipped = run_script("score_sentence_pairs.py", *base, "--skip-bad-lines", "--quiet")
+    assert skipped.returncode == 0 and "skipped 1 bad lines" in skipped.stderr
+    assert [line.split("\t")[:2] for line in out.read_text().splitlines()] == [["a", "b"], ["c", "d"], ["e", "f"]]
+
+
+def test_missing_files_are_one_line_errors(tiny_model_file, tmp_path):
+    (tmp_path / "in.txt").write_text("hello\n")
+    cases = [
+        ("embed_sentences.py", "--sentence-file", tmp_path / "in.txt", "--load-file", tmp_path / "nope.pt"),
+        ("embed_sentences.py", "--sentence-file", tmp_path / "nope.txt", "--load-file", tiny_model_file),
+        ("score_sentence_pairs.py", "--sentence-pair-file", tmp_path / "nope.txt", "--load-file", tiny_model_file),
+    ]
+    for script, *args in cases:
+        extra = ["--output-file", tmp_path / "o.npy"] if script == "embed_sentences.py" else []
+        done = run_script(script, *args, *extra)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+        assert "nope" in done.stderr and "Traceback" not in done.stderr
