@@ -1,0 +1,585 @@
+"""Evaluate a model on STS 2012-2016, STS 2017, STS Benchmark, SICK-R and Tatoeba, as in the paper.
+
+    python evaluate.py --load-file model.pt --tasks sts,sts17,stsb,sick,tatoeba [--compare] [--json out.json]
+
+Protocols (Wieting et al., "Paraphrastic Representations at Scale"): the score of a pair is the cosine
+of the two sentence embeddings. STS 2012-2016 (Table 2): Pearson r x 100 per dataset, the mean over the
+datasets of each year, and "Avg." = the mean of the five year means; the later protocol, Spearman rho
+over the concatenation of each year's datasets, is reported beside it. STS 2017 (Table 3), STS
+Benchmark and SICK-R: Pearson and Spearman x 100. Tatoeba (Table 4): nearest neighbour by cosine in
+both directions, error rate x 100 per direction and their mean (LASER's index-based protocol).
+
+Data is read from `--data-dir` (default ../shared/data, or $PARAPHRASTIC_DATA) in either the
+`score<TAB>s1<TAB>s2` TSV layout or the organisers' raw files (STS.input.*.txt + STS.gs.*.txt,
+STS Benchmark sts-*.csv, SICK_*.txt, tatoeba.xxx-eng.xxx). Pairs without a gold score are dropped;
+missing sets are reported and skipped unless --require-all (or an explicit --langs list) asks for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import pearsonr, spearmanr
+
+import models
+from fileio import InputError, atomic_output, iter_line_chunks, run_cli
+
+ROOT = Path(__file__).resolve().parent
+DEFAULT_DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
+TASKS = ("sts", "sts17", "stsb", "sick", "tatoeba")
+
+STS_YEARS = {
+    "2012": ["MSRpar", "MSRvid", "SMTeuroparl", "OnWN", "SMTnews"],
+    "2013": ["FNWN", "headlines", "OnWN", "SMT"],
+    "2014": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
+    "2015": ["answers-forums", "answers-students", "belief", "headlines", "images"],
+    "2016": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
+}
+RAW_STS_NAMES = {("2012", "OnWN"): "surprise.OnWN", ("2012", "SMTnews"): "surprise.SMTnews"}
+NOT_DISTRIBUTED = {"2013/SMT": "not distributed (LDC licence): the 2013 mean is over the other 3 sets, as in the paper"}
+STS17_TRACKS = {
+    "ar-ar": "track1.ar-ar",
+    "ar-en": "track2.ar-en",
+    "es-es": "track3.es-es",
+    "es-en": "track4a.es-en",
+    "tr-en": "track6.tr-en",
+    "en-en": "track5.en-en",
+    "es-en-wmt": "track4b.es-en",
+}
+STSB_SPLITS = {"dev": "dev", "test": "test"}
+SICK_SPLITS = {"trial": "trial", "test": "test_annotated"}
+DEFAULT_LANGS = ["ara", "deu", "spa", "fra", "rus", "tur", "cmn"]
+FAISS_MIN_KEYS = 100_000  # exact search in torch below this many sentences a side; faiss (when installed) above
+
+PAPER_SP = {  # the paper's published figures for the SP model
+    "sts": {"2012": 68.7, "2013": 64.7, "2014": 78.1, "2015": 81.4, "2016": 80.0, "avg": 74.6},
+    "sts17": {"ar-ar": 76.2, "ar-en": 78.3, "es-es": 85.8, "es-en": 78.4, "tr-en": 79.2},
+    "tatoeba": {"ara": 8.8, "deu": 1.5, "spa": 2.4, "fra": 5.4, "rus": 5.6, "tur": 1.4},
+}
+
+
+# ----------------------------------------------------------------------------- reading pairs
+
+
+@dataclass
+class Pairs:
+    """The scored pairs of one STS set."""
+
+    s1: list[str]
+    s2: list[str]
+    gold: np.ndarray
+
+
+def read_lines(path: Path) -> list[str]:
+    """All lines of a UTF-8 file (invalid UTF-8 is an InputError naming the line)."""
+    return [line for chunk in iter_line_chunks(path, strict=True) for line in chunk]
+
+
+def parse_score(text: str, path: Path, line_no: int) -> float | None:
+    """A gold score, or None when the field is empty (the organisers' mark for an unscored pair)."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"{path}:{line_no}: gold score {text[:30]!r} is not a number") from None
+
+
+def make_pairs(rows: list[tuple[float | None, str, str]]) -> Pairs:
+    """Keep the rows that have a gold score."""
+    rows = [r for r in rows if r[0] is not None]
+    return Pairs([r[1] for r in rows], [r[2] for r in rows], np.array([r[0] for r in rows], dtype=np.float64))
+
+
+def columns(line: str, path: Path, line_no: int, at_least: int) -> list[str]:
+    """Tab-separated fields of a line, which must have at least `at_least` of them."""
+    fields = line.split("\t")
+    if len(fields) < at_least:
+        raise InputError(f"{path}:{line_no}: expected at least {at_least} tab-separated fields, found {len(fields)}")
+    return fields
+
+
+def read_tsv(path: Path) -> Pairs:
+    """The `score<TAB>s1<TAB>s2` layout of ../shared/data."""
+    rows = []
+    for i, line in enumerate(read_lines(path), 1):
+        fields = line.split("\t")
+        if len(fields) != 3:
+            raise InputError(f"{path}:{i}: expected score<TAB>sentence1<TAB>sentence2, found {len(fields)} fields")
+        rows.append((parse_score(fields[0], path, i), fields[1], fields[2]))
+    return make_pairs(rows)
+
+
+def gold_file_of(path: Path) -> Path | None:
+    """The STS.gs.* file matching an STS.input.* file: beside it, or in a sibling folder (STS 2017)."""
+    name = path.name.replace(".input.", ".gs.", 1)
+    for candidate in [path.with_name(name), *sorted(path.parent.parent.glob(f"*/{name}"))]:
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_raw_sts(path: Path) -> Pairs:
+    """Organisers' STS.input.X.txt (s1<TAB>s2[<TAB>...]) with STS.gs.X.txt, line by line.
+
+    Inputs beyond the end of the gold file have no score and are dropped (STS 2017 tr-en). Without a
+    gold file, a third column holds the score (the merged layout of the original toolkit's STS 2017).
+    """
+    lines = read_lines(path)
+    gold_path = gold_file_of(path)
+    if gold_path is None:
+        rows = [columns(line, path, i, 3) for i, line in enumerate(lines, 1)]
+        return make_pairs([(parse_score(r[2], path, i), r[0], r[1]) for i, r in enumerate(rows, 1)])
+    gold = read_lines(gold_path)
+    if len(gold) > len(lines):
+        raise InputError(f"{gold_path}: {len(gold)} gold scores for {len(lines)} input lines in {path}")
+    rows = []
+    for i, (line, score) in enumerate(zip(lines, gold, strict=False), 1):
+        fields = columns(line, path, i, 2)
+        rows.append((parse_score(score.split("\t")[0], gold_path, i), fields[0], fields[1]))
+    return make_pairs(rows)
+
+
+def read_stsb_csv(path: Path) -> Pairs:
+    """STS Benchmark sts-*.csv: genre, file, year, id, score, s1, s2[, sources] separated by tabs."""
+    rows = []
+    for i, line in enumerate(read_lines(path), 1):
+        fields = columns(line, path, i, 7)
+        rows.append((parse_score(fields[4], path, i), fields[5], fields[6]))
+    return make_pairs(rows)
+
+
+def read_sick(path: Path) -> Pairs:
+    """SICK_*.txt: a header line naming sentence_A, sentence_B and relatedness_score."""
+    lines = read_lines(path)
+    header = lines[0].split("\t") if lines else []
+    if not {"sentence_A", "sentence_B", "relatedness_score"} <= set(header):
+        raise InputError(f"{path}:1: not a SICK file (no sentence_A / sentence_B / relatedness_score header)")
+    a, b, s = (header.index(k) for k in ("sentence_A", "sentence_B", "relatedness_score"))
+    rows = []
+    for i, line in enumerate(lines[1:], 2):
+        fields = columns(line, path, i, len(header))
+        rows.append((parse_score(fields[s], path, i), fields[a], fields[b]))
+    return make_pairs(rows)
+
+
+def read_pairs(path: str | os.PathLike) -> Pairs:
+    """Read an STS-style set in any supported layout, chosen by the file name."""
+    path = Path(path)
+    if ".input." in path.name:
+        return read_raw_sts(path)
+    if path.suffix == ".csv":
+        return read_stsb_csv(path)
+    if path.name.startswith("SICK"):
+        return read_sick(path)
+    return read_tsv(path)
+
+
+# ----------------------------------------------------------------------------- finding sets
+
+
+def locate(root: Path, patterns: list[str]) -> Path | None:
+    """The first file under `root` matching one of the glob patterns, in order."""
+    for pattern in patterns:
+        hits = sorted(p for p in root.glob(pattern) if p.is_file())
+        if hits:
+            return hits[0]
+    return None
+
+
+def sts_patterns(year: str, name: str) -> list[str]:
+    """Where an STS 2012-2016 set may be: our TSV layout, or SentEval's STSyy-en-test raw folders."""
+    raw = RAW_STS_NAMES.get((year, name), name)
+    prefix = "STS2016" if year == "2016" else "STS"
+    return [
+        f"sts/en/{year}/{name}.tsv",
+        f"sts/en/{year}/{prefix}.input.{raw}.txt",
+        f"STS{year[2:]}-en-test/{prefix}.input.{raw}.txt",
+        f"STS{year[2:]}-en-test/*/{prefix}.input.{raw}.txt",
+    ]
+
+
+def task_sets(task: str) -> dict[str, list[str]]:
+    """Set key -> candidate path patterns, for one task."""
+    if task == "sts":
+        return {f"{y}/{n}": sts_patterns(y, n) for y, names in STS_YEARS.items() for n in names}
+    if task == "sts17":
+        return {
+            k: [f"sts/2017/{k}.tsv", f"STS*17*/STS.input.{t}.txt", f"STS.input.{t}.txt"]
+            for k, t in STS17_TRACKS.items()
+        }
+    if task == "stsb":
+        return {
+            k: [f"sts/en/stsb/{s}.tsv", f"STSBenchmark/sts-{s}.csv", f"STSBenchmark/*/sts-{s}.csv", f"sts-{s}.csv"]
+            for k, s in STSB_SPLITS.items()
+        }
+    if task == "sick":
+        return {k: [f"sts/en/sick/{k}.tsv", f"*/SICK_{s}.txt", f"SICK_{s}.txt"] for k, s in SICK_SPLITS.items()}
+    raise ValueError(task)
+
+
+def find_sets(root: Path, task: str) -> tuple[dict[str, Path], dict[str, str]]:
+    """(found set key -> file, missing set key -> why) for one STS-style task."""
+    found, missing = {}, {}
+    for key, patterns in task_sets(task).items():
+        path = None if key in NOT_DISTRIBUTED else locate(root, patterns)
+        if path is None:
+            missing[key] = NOT_DISTRIBUTED.get(key, "not found, skipped")
+        else:
+            found[key] = path
+    return found, missing
+
+
+def tatoeba_files(root: Path, lang: str) -> tuple[Path, Path] | None:
+    """(xx file, eng file) of a Tatoeba language, in our layout or LASER's tatoeba.xxx-eng.xxx."""
+    for folder in (root / "tatoeba", root / "tatoeba" / "v1", root):
+        for stem in (f"{lang}-eng", f"tatoeba.{lang}-eng"):
+            xx, eng = folder / f"{stem}.{lang}", folder / f"{stem}.eng"
+            if xx.is_file() and eng.is_file():
+                return xx, eng
+    return None
+
+
+def tatoeba_langs(root: Path) -> list[str]:
+    """Every language with Tatoeba files under `root` (for --langs all)."""
+    langs = set()
+    for folder in (root / "tatoeba", root / "tatoeba" / "v1", root):
+        langs.update(p.name.removeprefix("tatoeba.").split("-eng.")[0] for p in folder.glob("*-eng.eng"))
+    return sorted(langs)
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+def embed_unique(model, texts: list[str], batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Embed each distinct text once: (vectors of the distinct texts, row of each input text)."""
+    index: dict[str, int] = {}
+    rows = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts))
+    kwargs = {} if batch_size is None else {"batch_size": batch_size}
+    return np.asarray(model.embed_raw_text(list(index), **kwargs), dtype=np.float32), rows
+
+
+def pair_cosines(model, sets: dict[str, Pairs], batch_size: int | None = None) -> dict[str, np.ndarray]:
+    """Cosine of every pair of every set, embedding each distinct sentence of all the sets once."""
+    texts = [t for p in sets.values() for t in (*p.s1, *p.s2)]
+    vectors, rows = embed_unique(model, texts, batch_size)
+    out, start = {}, 0
+    for key, p in sets.items():
+        n = len(p.gold)
+        left, right = rows[start : start + n], rows[start + n : start + 2 * n]
+        out[key] = models.cosine(vectors[left], vectors[right])
+        start += 2 * n
+    return out
+
+
+def correlations(pred: np.ndarray, gold: np.ndarray) -> dict:
+    """Pearson r and Spearman rho x 100 and the pair count; NaN where undefined (constant or < 2 pairs)."""
+    if len(gold) < 2:
+        return {"pearson": math.nan, "spearman": math.nan, "n": len(gold)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # constant input: scipy warns and returns NaN, which we report
+        return {
+            "pearson": 100 * float(pearsonr(pred, gold)[0]),
+            "spearman": 100 * float(spearmanr(pred, gold)[0]),
+            "n": len(gold),
+        }
+
+
+def score_sts_file(model, path: str | os.PathLike, batch_size: int | None = None) -> dict:
+    """Pearson/Spearman x 100 and pair count `n` of a model on one STS file (any supported layout)."""
+    pairs = read_pairs(path)
+    return correlations(pair_cosines(model, {"set": pairs}, batch_size)["set"], pairs.gold)
+
+
+def score_sets(model, found: dict[str, Path], batch_size: int | None) -> tuple[dict[str, dict], dict[str, tuple]]:
+    """Per-set correlations of one task, plus each set's (cosines, gold) for pooled statistics."""
+    pairs = {key: read_pairs(path) for key, path in found.items()}
+    cos = pair_cosines(model, pairs, batch_size)
+    return {k: correlations(cos[k], pairs[k].gold) for k in pairs}, {k: (cos[k], pairs[k].gold) for k in pairs}
+
+
+def year_means(sets: dict[str, dict]) -> tuple[dict[str, dict], dict]:
+    """Table 2 protocol: per-year means of the per-dataset figures, and "Avg." = mean of the year means."""
+    years = {}
+    for year in STS_YEARS:
+        got = [m for k, m in sets.items() if k.split("/")[0] == year]
+        if got:
+            years[year] = {
+                "pearson": float(np.mean([m["pearson"] for m in got])),
+                "spearman": float(np.mean([m["spearman"] for m in got])),
+                "n": sum(m["n"] for m in got),
+                "sets": len(got),
+            }
+    avg = {k: float(np.mean([y[k] for y in years.values()])) if years else math.nan for k in ("pearson", "spearman")}
+    return years, {**avg, "years": len(years)}
+
+
+def pooled_spearman(scored: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """The later protocol: Spearman rho x 100 over the concatenation of a year's datasets."""
+    pred = np.concatenate([s[0] for s in scored])
+    gold = np.concatenate([s[1] for s in scored])
+    return correlations(pred, gold)["spearman"]
+
+
+def evaluate_sts(model, root: Path, batch_size: int | None = None) -> dict:
+    """STS 2012-2016: per dataset, per year (mean and pooled) and the average over years."""
+    found, missing = find_sets(root, "sts")
+    sets, scored = score_sets(model, found, batch_size)
+    years, avg = year_means(sets)
+    for year, summary in years.items():
+        summary["spearman_all"] = pooled_spearman([v for k, v in scored.items() if k.startswith(year)])
+    avg["spearman_all"] = float(np.mean([y["spearman_all"] for y in years.values()])) if years else math.nan
+    return {"sets": sets, "years": years, "avg": avg, "missing": missing}
+
+
+def evaluate_pair_task(model, root: Path, task: str, batch_size: int | None = None) -> dict:
+    """STS 2017, STS Benchmark or SICK-R: Pearson and Spearman x 100 per set."""
+    found, missing = find_sets(root, task)
+    return {"sets": score_sets(model, found, batch_size)[0], "missing": missing}
+
+
+# ----------------------------------------------------------------------------- tatoeba
+
+
+def normalise(x: np.ndarray) -> torch.Tensor:
+    """Rows scaled to unit length (zero rows stay zero), as float32 torch."""
+    t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    return torch.nn.functional.normalize(t, dim=1)
+
+
+def faiss_nearest(queries: torch.Tensor, keys: torch.Tensor) -> np.ndarray:
+    """Row of each query's nearest key by inner product of unit vectors, with an exact faiss index."""
+    import faiss
+
+    index = faiss.IndexFlatIP(keys.shape[1])
+    index.add(keys.numpy())
+    return index.search(queries.numpy(), 1)[1][:, 0].astype(np.int64)
+
+
+def nearest_both_ways(a: np.ndarray, b: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest row of `b` for each row of `a` and of `a` for each row of `b`, by cosine (ties: lowest row).
+
+    Exact search: one chunked pass of a @ b.T serves both directions; faiss, when installed, for large sets.
+    """
+    a, b = normalise(a), normalise(b)
+    if max(len(a), len(b)) >= FAISS_MIN_KEYS and importlib.util.find_spec("faiss") is not None:
+        return faiss_nearest(a, b), faiss_nearest(b, a)
+    a_to_b = torch.empty(len(a), dtype=torch.long)
+    best = torch.full((len(b),), -math.inf)
+    b_to_a = torch.zeros(len(b), dtype=torch.long)
+    for i in range(0, len(a), chunk):
+        sim = a[i : i + chunk] @ b.T
+        a_to_b[i : i + chunk] = sim.argmax(dim=1)
+        top, row = sim.max(dim=0)
+        better = top > best  # strict: an earlier chunk keeps a tie
+        best = torch.where(better, top, best)
+        b_to_a = torch.where(better, row + i, b_to_a)
+    return a_to_b.numpy(), b_to_a.numpy()
+
+
+def retrieval_errors(src: np.ndarray, tgt: np.ndarray) -> tuple[float, float]:
+    """Error rate x 100 of nearest-neighbour retrieval src->tgt and tgt->src, where row i pairs with row i."""
+    gold = np.arange(len(src))
+    to_tgt, to_src = nearest_both_ways(src, tgt)
+    return 100 * float(np.mean(to_tgt != gold)), 100 * float(np.mean(to_src != gold))
+
+
+def tatoeba_pairs(xx: Path, eng: Path) -> tuple[list[str], list[str]]:
+    """The two sides of a Tatoeba language, which must have the same number of lines."""
+    left, right = read_lines(xx), read_lines(eng)
+    if len(left) != len(right):
+        raise InputError(f"{xx}: {len(left)} lines but {eng} has {len(right)}; line i must translate line i")
+    return left, right
+
+
+def evaluate_tatoeba(model, root: Path, langs: list[str], batch_size: int | None = None) -> dict:
+    """Table 4: xx->eng and eng->xx error rates x 100, their mean, and the average over languages."""
+    results, missing = {}, {}
+    for lang in langs:
+        files = tatoeba_files(root, lang)
+        if files is None:
+            missing[lang] = "not found, skipped"
+            continue
+        xx, eng = tatoeba_pairs(*files)
+        vectors, rows = embed_unique(model, xx + eng, batch_size)
+        to_eng, from_eng = retrieval_errors(vectors[rows[: len(xx)]], vectors[rows[len(xx) :]])
+        results[lang] = {"xx_eng": to_eng, "eng_xx": from_eng, "mean": (to_eng + from_eng) / 2, "n": len(xx)}
+    avg = {k: float(np.mean([r[k] for r in results.values()])) if results else math.nan for k in ("xx_eng", "eng_xx")}
+    avg["mean"] = (avg["xx_eng"] + avg["eng_xx"]) / 2
+    return {"langs": results, "avg": {**avg, "langs": len(results)}, "missing": missing}
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def fmt(x: float | None, width: int = 6) -> str:
+    """A figure with one decimal, as in the paper's tables; '-' when absent or undefined."""
+    return f"{'-':>{width}}" if x is None or math.isnan(x) else f"{x:{width}.1f}"
+
+
+def report_sts(r: dict, compare: bool) -> list[str]:
+    """Table 2 block: per-dataset lines, missing sets with the reason, then the per-year table."""
+    out = ["STS 2012-2016 (Table 2): Pearson r x 100 per dataset; year = mean over its datasets; Avg. = mean of years"]
+    out.append(f"  {'year':<5} {'dataset':<18} {'n':>5} {'pearson':>8} {'spearman':>9}")
+    for key, m in r["sets"].items():
+        year, name = key.split("/")
+        out.append(f"  {year:<5} {name:<18} {m['n']:>5} {fmt(m['pearson'], 8)} {fmt(m['spearman'], 9)}")
+    for key, why in r["missing"].items():
+        out.append(f"  {key.replace('/', ' '):<24}    {why}")
+    years = list(STS_YEARS)
+    out.append(f"  {'':<16}" + "".join(f"{y:>7}" for y in years) + f"{'Avg.':>7}")
+    rows = [("pearson (mean)", "pearson"), ("spearman (mean)", "spearman"), ("spearman (all)", "spearman_all")]
+    for label, k in rows:
+        vals = [r["years"].get(y, {}).get(k) for y in years]
+        out.append(f"  {label:<16}" + "".join(fmt(v, 7) for v in vals) + fmt(r["avg"][k], 7))
+    out.append(f"  {'pairs':<16}" + "".join(f"{r['years'].get(y, {}).get('n', 0):>7}" for y in years))
+    if compare:
+        out.append(f"  {'paper SP (r)':<16}" + "".join(fmt(PAPER_SP["sts"][y], 7) for y in years + ["avg"]))
+    if r["avg"]["years"] < len(years):
+        out.append(f"  note: Avg. is over {r['avg']['years']} of {len(years)} years (the others are missing)")
+    return out
+
+
+def report_pairs(title: str, r: dict, paper: dict | None) -> list[str]:
+    """One line per set (n, Pearson, Spearman, optionally the paper's figure), then the missing sets."""
+    head = f"  {'set':<10} {'n':>5} {'pearson':>8} {'spearman':>9}" + (f" {'paper SP':>9}" if paper is not None else "")
+    out = [title, head]
+    for key, m in r["sets"].items():
+        ref = "" if paper is None else fmt(paper.get(key), 9)
+        out.append(f"  {key:<10} {m['n']:>5} {fmt(m['pearson'], 8)} {fmt(m['spearman'], 9)} {ref}".rstrip())
+    out += [f"  {key:<10} {why}" for key, why in r["missing"].items()]
+    return out
+
+
+def report_tatoeba(r: dict, compare: bool) -> list[str]:
+    """Table 4 block: per-language error rates, their average, then the missing languages."""
+    out = ["Tatoeba (Table 4): nearest-neighbour error rate x 100 (lower is better)"]
+    out.append(f"  {'lang':<6} {'n':>5} {'xx->eng':>8} {'eng->xx':>8} {'mean':>6}" + (" paper SP" if compare else ""))
+    for lang, m in [*r["langs"].items(), ("avg", r["avg"])]:
+        n = m.get("n", m.get("langs"))
+        ref = fmt(PAPER_SP["tatoeba"].get(lang), 9) if compare else ""
+        out.append(f"  {lang:<6} {n:>5} {fmt(m['xx_eng'], 8)} {fmt(m['eng_xx'], 8)} {fmt(m['mean'])}{ref}")
+    out += [f"  {lang:<6} {why}" for lang, why in r["missing"].items()]
+    return out
+
+
+def report(results: dict, compare: bool) -> str:
+    """The human-readable tables, one block per task, in the paper's layout."""
+    blocks = []
+    if "sts" in results:
+        blocks.append(report_sts(results["sts"], compare))
+    if "sts17" in results:
+        title = "STS 2017 (Table 3): Pearson r x 100 (and Spearman); en-en is the dev set, es-en-wmt is extra"
+        blocks.append(report_pairs(title, results["sts17"], PAPER_SP["sts17"] if compare else None))
+    if "stsb" in results:
+        blocks.append(report_pairs("STS Benchmark: Pearson / Spearman x 100", results["stsb"], None))
+    if "sick" in results:
+        blocks.append(report_pairs("SICK-R: Pearson / Spearman x 100", results["sick"], None))
+    if "tatoeba" in results:
+        blocks.append(report_tatoeba(results["tatoeba"], compare))
+    return "\n\n".join("\n".join(b) for b in blocks)
+
+
+def json_safe(value):
+    """NaN -> null, so the JSON file is standard."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def evaluate(
+    model, root: Path, tasks: list[str], langs: list[str], batch_size: int | None = None, strict: bool = False
+) -> dict:
+    """Run the chosen tasks; returns {task: results}. `strict`: a missing set is an InputError."""
+    results = {}
+    for task in tasks:
+        if task == "sts":
+            results[task] = evaluate_sts(model, root, batch_size)
+        elif task == "tatoeba":
+            results[task] = evaluate_tatoeba(model, root, langs, batch_size)
+        else:
+            results[task] = evaluate_pair_task(model, root, task, batch_size)
+        missing = {k: v for k, v in results[task]["missing"].items() if k not in NOT_DISTRIBUTED}
+        if strict and missing:
+            raise InputError(f"{root}: {task}: missing {', '.join(missing)} (drop --require-all to skip them)")
+    return results
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options; bad --tasks or --batch-size exit through argparse."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--load-file", help="model file (default: the shipped default model)")
+    p.add_argument("--sp-model", help="sentencepiece model of an original-release model file")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+    p.add_argument("--batch-size", type=int, default=8192, help="sentences per embedding batch")
+    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
+    p.add_argument("--langs", help=f"Tatoeba languages, comma-separated, or 'all' (default {','.join(DEFAULT_LANGS)})")
+    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="evaluation data (default %(default)s)")
+    p.add_argument("--json", type=Path, help="also write every figure to this JSON file")
+    p.add_argument("--compare", action="store_true", help="print the paper's published SP figures beside ours")
+    p.add_argument("--require-all", action="store_true", help="a missing set is an error instead of a skip")
+    args = p.parse_args(argv)
+    args.tasks = [t for t in args.tasks.split(",") if t]
+    unknown = sorted(set(args.tasks) - set(TASKS))
+    if unknown or not args.tasks:
+        p.error(f"--tasks: unknown {','.join(unknown) or '(empty)'}; choose from {','.join(TASKS)}")
+    if args.batch_size < 1:
+        p.error("--batch-size must be at least 1")
+    return args
+
+
+def chosen_langs(root: Path, langs: str | None) -> list[str]:
+    """The Tatoeba languages of --langs; a language named explicitly must have its files."""
+    if langs is None:
+        return DEFAULT_LANGS
+    if langs == "all":
+        return tatoeba_langs(root)
+    chosen = [lang for lang in langs.split(",") if lang]
+    absent = [lang for lang in chosen if tatoeba_files(root, lang) is None]
+    if absent:
+        raise InputError(f"{root}: no Tatoeba files for {','.join(absent)} (expected tatoeba/<lang>-eng.<lang> + .eng)")
+    return chosen
+
+
+@run_cli
+def main(argv: list[str] | None = None) -> int:
+    """Load the model, run the tasks, print the tables and optionally write the JSON file."""
+    args = parse_args(argv)
+    if not args.data_dir.is_dir():
+        raise InputError(f"{args.data_dir}: no such data folder (pass --data-dir or set PARAPHRASTIC_DATA)")
+    langs = chosen_langs(args.data_dir, args.langs)
+    model = models.load_model(args.load_file, args.sp_model, args.device)
+    start = time.perf_counter()
+    results = evaluate(model, args.data_dir, args.tasks, langs, args.batch_size, args.require_all)
+    seconds = time.perf_counter() - start
+    if args.compare:
+        results["paper_sp"] = PAPER_SP
+    print(report(results, args.compare))
+    print(f"\n{model!r}; evaluated in {seconds:.1f} s")
+    if args.json:
+        meta = {"model": args.load_file, "data_dir": str(args.data_dir), "seconds": seconds}
+        with atomic_output(args.json, "w") as f:
+            json.dump(json_safe({**meta, **results}), f, indent=1)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
