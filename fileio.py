@@ -119,7 +119,7 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb") -> Iterator:
     On any exception the temporary file is removed and `path` keeps its previous content.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
@@ -138,7 +138,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path` for a writer that opens files itself (np.lib.format,
     h5py); it is fsynced and renamed to `path` only if the block finishes without an exception."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    fd, tmp = _temp_beside(path)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -150,6 +150,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def _temp_beside(path: Path) -> tuple[int, str]:
+    """A new temporary file next to `path` (same file system, so the rename is atomic), with the
+    permissions a plain open() would give under the current umask rather than mkstemp's 0600."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    return fd, tmp
 
 
 def _fsync_dir(directory: Path) -> None:
