@@ -15,10 +15,10 @@ if [ ! -f data/models/default.pt ]; then
     pairs="$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz"
     [ -f "$pairs" ] || { echo "error: $pairs not found: set PARAPHRASTIC_DATA to the data folder" >&2; exit 2; }
     echo "No default model is shipped yet: training a small one into runs/small (a few minutes)..." >&2
-    paraphrastic-train --train-file "$pairs" --output-dir runs/small __SMALL_ARGS__
+    paraphrastic-train --train-file "$pairs" --output-dir runs/small --dim 300 --vocab-size 8000 --megabatch-size 1 --lr 0.003 --max-steps 2000
   fi
   model_args=(--load-file "$small")
 fi
-paraphrastic-embed --sentence-file data/example-sentences.txt --output-file runs/example-sentences.npy "${model_args[@]}"
+paraphrastic-embed --sentence-file data/example-sentences.txt --output-file runs/example-sentences.npy --quiet "${model_args[@]}"
 python -c "import numpy as np; e = np.load('runs/example-sentences.npy'); print('embeddings:', e.shape, e.dtype)"
-paraphrastic-score --sentence-pair-file data/example-sentences-pairs.txt "${model_args[@]}"
+paraphrastic-score --sentence-pair-file data/example-sentences-pairs.txt --quiet "${model_args[@]}"

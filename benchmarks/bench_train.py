@@ -1,0 +1,167 @@
+"""Training speed and memory at the paper's settings: dim 1024, 50k pieces, batch 128, M = 100 from the start.
+
+    python benchmarks/bench_train.py [--steps 300] [--big-pairs 10000000] [--threads N]
+
+Prints (1) pairs/s of train.py on synthetic HDF5 shards, paraphrase and bitext pools, with the split
+of the time between reading, mining and updates; (2) the mining matrix product in bf16 and fp32;
+(3) one update with row-sparse (lazy) Adam and with dense Adam; (4) peak RSS of train.py on a
+100k-pair and a 10M-pair shard. Synthetic ids (log-uniform over the vocabulary, 5-40 pieces per
+sentence) stand in for text; a 50k-piece sentencepiece word model gives the shards their checksum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import shards  # noqa: E402
+import train  # noqa: E402
+
+VOCAB, DIM, BATCH, M = 50_000, 1024, 128, 100
+
+
+def word_sentencepiece(folder: Path) -> bytes:
+    """A 50k-piece sentencepiece word model (built in well under a second)."""
+    words = folder / "words.txt"
+    words.write_text("\n".join(" ".join(f"w{i + k}" for k in range(20)) for i in range(0, 60_000, 20)) + "\n")
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        input=str(words), model_writer=buf, model_type="word", vocab_size=VOCAB, minloglevel=2
+    )
+    return buf.getvalue()
+
+
+def synthetic_side(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sentence lengths 5-40 and log-uniform ids (a Zipf-like spread over the vocabulary), int32."""
+    lengths = rng.integers(5, 41, n)
+    ids = np.empty(int(lengths.sum()), dtype=np.int32)
+    for lo in range(0, len(ids), 1 << 24):
+        chunk = ids[lo : lo + (1 << 24)]
+        chunk[:] = np.exp(rng.random(len(chunk)) * np.log(VOCAB - 3)).astype(np.int32) + 2
+    return ids, lengths
+
+
+def write_synthetic_shard(path: Path, n: int, sp: bytes) -> None:
+    rng = np.random.default_rng(n)
+    shards.write_shard(path, synthetic_side(rng, n), synthetic_side(rng, n), sp, lowercase=True)
+
+
+def run_train(shard: Path, sp_file: Path, out: Path, steps: int, threads: int | None, *extra: str) -> dict:
+    """Run train.py as a user would; returns its last metrics line and its peak RSS in MiB."""
+    cmd = [sys.executable, "-c", RSS_WRAPPER, str(ROOT / "train.py")]
+    cmd += ["--train-shards", str(shard), "--sp-model", str(sp_file), "--output-dir", str(out)]
+    cmd += ["--dim", str(DIM), "--batch-size", str(BATCH), "--megabatch-size", str(M), "--megabatch-anneal", "0"]
+    cmd += ["--max-steps", str(steps), "--log-every", str(M), *extra]
+    cmd += ["--threads", str(threads)] if threads else []
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"train.py failed:\n{done.stderr[-2000:]}")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    trains = [r for r in records if r["event"] == "train"]
+    return {"records": trains, "rss_mib": int(done.stdout.split()[-1]) / 1024}
+
+
+# Runs train.py in a child process and prints that child's peak RSS (KiB) alone.
+RSS_WRAPPER = (
+    "import resource, subprocess, sys; "
+    "r = subprocess.run([sys.executable] + sys.argv[1:], stdout=subprocess.DEVNULL); "
+    "sys.exit(r.returncode) if r.returncode else print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
+
+
+def throughput(folder: Path, shard: Path, sp_file: Path, steps: int, threads: int | None) -> None:
+    for mode in ("paraphrase", "bitext"):
+        res = run_train(shard, sp_file, folder / f"run-{mode}", steps, threads, "--mode", mode)
+        recs = res["records"]
+        later = recs[1:] or recs  # the first window includes warm-up
+        rate = sum(r["pairs_per_s"] for r in later) / len(later)
+        last = recs[-1]
+        total = sum(last[f"seconds_{k}"] for k in ("read", "mine", "update"))
+        split = ", ".join(f"{k} {100 * last[f'seconds_{k}'] / total:.0f}%" for k in ("read", "mine", "update"))
+        print(f"  {mode:10s}: {rate:8.0f} pairs/s   (time: {split}; {steps} updates, M = {M})")
+
+
+def mining(threads: int) -> None:
+    n = M * BATCH
+    torch.set_num_threads(threads)
+    vectors = torch.randn(2 * n, DIM)
+    groups = torch.arange(2 * n)
+    for bitext in (False, True):
+        flops = (
+            2 * DIM * (n * n if bitext else 2 * n * n)
+        )  # bitext: one n x n product; paraphrase: the 2n x 2n triangle
+        for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+            train.mine_hardest(vectors[: 2 * 2048], groups[: 2 * 2048], bitext, dtype)  # warm-up
+            start = time.perf_counter()
+            train.mine_hardest(vectors, groups, bitext, dtype)
+            took = time.perf_counter() - start
+            pool = "bitext" if bitext else "paraphrase"
+            print(f"  {pool:10s} {name}: {took:6.2f} s per mega-batch of {n} pairs ({flops / took / 1e9:5.0f} GFLOP/s)")
+
+
+def optimizer_steps(threads: int) -> None:
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    rows = torch.from_numpy(np.unique(np.exp(rng.random(7000) * np.log(VOCAB - 3)).astype(np.int64) + 2))
+    grad = torch.randn(len(rows), DIM)
+    for name in ("sparse-adam", "adam"):
+        table = torch.randn(VOCAB, DIM)
+        opt = train.LazyAdam(table, 1e-3) if name == "sparse-adam" else train.DenseAdam(table, 1e-3)
+        opt.step(rows, grad)
+        start = time.perf_counter()
+        for _ in range(5):
+            opt.step(rows, grad)
+        print(f"  {name:11s}: {(time.perf_counter() - start) / 5 * 1000:7.1f} ms per step ({len(rows)} rows touched)")
+
+
+def peak_rss(folder: Path, small: Path, big: Path, sp_file: Path, threads: int | None) -> None:
+    for label, shard in (("100k pairs", small), (f"{big.stem} pairs", big)):
+        res = run_train(shard, sp_file, folder / f"rss-{shard.stem}", 2 * M, threads)
+        print(f"  {label:12s}: peak RSS {res['rss_mib']:6.0f} MiB ({2 * M} updates and the final save)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=300, help="updates per throughput run (multiple of 100)")
+    p.add_argument("--big-pairs", type=int, default=10_000_000, help="pairs in the large shard (RSS run)")
+    p.add_argument("--threads", type=int, default=None, help="threads for train.py (default: all)")
+    args = p.parse_args()
+    threads = args.threads or torch.get_num_threads()
+    print(f"torch {torch.__version__}, {threads} threads; dim {DIM}, {VOCAB} pieces, batch {BATCH}, M = {M}")
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
+        folder = Path(tmp)
+        sp = word_sentencepiece(folder)
+        sp_file = folder / "sp.model"
+        sp_file.write_bytes(sp)
+        small, big = folder / "100k.h5", folder / f"{args.big_pairs // 1_000_000}M.h5"
+        write_synthetic_shard(small, 100_000, sp)
+        print("train.py throughput (HDF5 shard, sparse Adam, bf16 mining):")
+        throughput(folder, small, sp_file, args.steps, args.threads)
+        print("mining one mega-batch (normalise, blocked matrix product, mask, argmax):")
+        mining(threads)
+        print(f"one optimizer step on the {VOCAB} x {DIM} table:")
+        optimizer_steps(threads)
+        print("peak RSS of train.py by corpus size:")
+        start = time.perf_counter()
+        write_synthetic_shard(big, args.big_pairs, sp)
+        print(f"  (wrote the {args.big_pairs}-pair shard in {time.perf_counter() - start:.0f} s)")
+        peak_rss(folder, small, big, sp_file, args.threads)
+    print(f"peak RSS of this script: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

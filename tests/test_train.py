@@ -1,0 +1,306 @@
+"""Training: the loss and the mined negatives against hand and brute-force computation, the annealing
+schedule, the sampler (text and HDF5 alike), kill-and-resume, refusal of foreign shards, and a short
+learning run on real caption paraphrases."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, generated_sentences
+
+import models
+import shards
+import train
+
+
+@pytest.fixture
+def sp_file(sp_bytes, tmp_path):
+    path = tmp_path / "sp.model"
+    path.write_bytes(sp_bytes)
+    return path
+
+
+@pytest.fixture
+def pairs_file(tmp_path):
+    """Generated pairs; some lines repeat and some targets repeat, so duplicates reach the miner."""
+    src, tgt = generated_sentences(300, seed=3), generated_sentences(300, seed=4)
+    lines = [f"{s}\t{t}" for s, t in zip(src, tgt, strict=True)] + [f"{src[0]}\t{tgt[0]}", f"{src[5]}\t{tgt[9]}"]
+    path = tmp_path / "pairs.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def tiny_args(pairs_file, sp_file, out, *extra):
+    return [
+        "--train-file", str(pairs_file), "--sp-model", str(sp_file), "--output-dir", str(out),
+        "--dim", "16", "--batch-size", "8", "--megabatch-size", "3", "--megabatch-anneal", "2",
+        "--threads", "1", "--log-every", "5", *extra,
+    ]  # fmt: skip
+
+
+def weights(path) -> torch.Tensor:
+    return models.load_model(path).embedding.weight.detach()
+
+
+# ----------------------------------------------------------------------------- objective
+
+
+def test_margin_loss_matches_hand_computation():
+    src = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
+    tgt = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0]])
+    neg_src = torch.tensor([[0.0, 1.0], [1.0, 0.0], [-1.0, 0.0], [1.0, 1.0]])
+    neg_tgt = torch.tensor([[1.0, 1.0], [0.0, 3.0], [1.0, 0.0], [0.0, -1.0]])
+    r = math.sqrt(0.5)
+    # cos(s, t) = 1, 0, r, 1; cos(s, t') = 0, 1, -1, r; cos(t, s') = r, 1, r, -1
+    one_sided = [max(0, 0.4 - 1 + 0), max(0, 0.4 - 0 + 1), max(0, 0.4 - r - 1), max(0, 0.4 - 1 + r)]
+    other = [max(0, 0.4 - 1 + r), max(0, 0.4 - 0 + 1), max(0, 0.4 - r + r), max(0, 0.4 - 1 - 1)]
+    assert train.margin_loss(src, tgt, neg_src, delta=0.4).item() == pytest.approx(sum(one_sided) / 4, abs=1e-6)
+    both = train.margin_loss(src, tgt, neg_src, neg_tgt, delta=0.4).item()
+    assert both == pytest.approx((sum(one_sided) + sum(other)) / 4, abs=1e-6)
+    valid = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    masked = train.margin_loss(src, tgt, neg_src, delta=0.4, valid_src=valid).item()
+    assert masked == pytest.approx((sum(one_sided) - one_sided[1]) / 4, abs=1e-6)
+
+
+def random_megabatch(n: int, seed: int):
+    """n pairs of random id sequences with exact duplicates planted across and within sides."""
+    rng = np.random.default_rng(seed)
+    sents = [list(rng.integers(0, 30, rng.integers(1, 5))) for _ in range(2 * n)]
+    for a, b in rng.integers(0, 2 * n, (n // 2, 2)):
+        sents[a] = list(sents[b])
+    sents[1] = list(sents[n + 1])  # a pair whose two sides are identical
+    lengths = torch.tensor([len(s) for s in sents])
+    ids = torch.tensor([i for s in sents for i in s])
+    return sents, ids, torch.cumsum(lengths, 0) - lengths
+
+
+def brute_force_allowed(sents, x: int, bitext: bool) -> list[int]:
+    n = len(sents) // 2
+    partner = lambda i: (i + n) % (2 * n)  # noqa: E731
+    pool = (range(n, 2 * n) if x < n else range(n)) if bitext else range(2 * n)
+    return [
+        y
+        for y in pool
+        if sents[y] != sents[x] and sents[y] != sents[partner(x)] and sents[partner(y)] != sents[x] and y != x
+    ]
+
+
+@pytest.mark.parametrize("bitext", [False, True])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_mined_negative_is_the_brute_force_argmax(bitext, precision):
+    n = 23
+    sents, ids, offsets = random_megabatch(n, seed=7 + bitext)
+    vectors = torch.randn(2 * n, 12, generator=torch.Generator().manual_seed(1))
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    groups = train.sentence_groups(ids, offsets)
+    got = train.mine_hardest(vectors, groups, bitext, dtype, chunk=5).tolist()
+    unit = torch.nn.functional.normalize(vectors.double(), dim=1)
+    cos = (unit @ unit.T).numpy()
+    for x in range(2 * n):
+        allowed = brute_force_allowed(sents, x, bitext)
+        if not allowed:
+            assert got[x] == -1
+            continue
+        assert got[x] in allowed, f"anchor {x}: mined {got[x]} is its partner, a duplicate or out of pool"
+        best = max(cos[x, y] for y in allowed)
+        assert cos[x, got[x]] >= best - (1e-6 if precision == "fp32" else 0.02)
+        if precision == "fp32":
+            assert got[x] == max(allowed, key=lambda y: cos[x, y])
+
+
+def test_sentence_groups_are_exact_sequence_equality():
+    sents, ids, offsets = random_megabatch(40, seed=3)
+    groups = train.sentence_groups(ids, offsets).tolist()
+    for i in range(len(sents)):
+        for j in range(len(sents)):
+            assert (groups[i] == groups[j]) == (sents[i] == sents[j])
+
+
+def test_annealing_schedule():
+    at = [train.megabatch_size_at(step, 4, 150) for step in (0, 149, 150, 299, 300, 450, 600, 10_000)]
+    assert at == [1, 1, 2, 2, 3, 4, 4, 4]
+    assert train.megabatch_size_at(0, 100, 0) == 100
+    assert train.megabatch_size_at(10**6, 100, 150) == 100
+
+
+def test_lazy_adam_equals_adam_when_every_row_has_a_gradient():
+    table = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    dense = torch.nn.Parameter(table.clone())
+    reference = torch.optim.Adam([dense], lr=0.01)
+    lazy = train.LazyAdam(table, lr=0.01)
+    rows = torch.arange(6)
+    for k in range(5):
+        grad = torch.randn(6, 4, generator=torch.Generator().manual_seed(10 + k))
+        dense.grad = grad.clone()
+        reference.step()
+        lazy.step(rows, grad)
+    torch.testing.assert_close(table, dense.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_lazy_adam_leaves_untouched_rows_alone():
+    table = torch.randn(6, 4)
+    before = table.clone()
+    lazy = train.LazyAdam(table, lr=0.01)
+    lazy.step(torch.tensor([1, 4]), torch.ones(2, 4))
+    assert torch.equal(table[[0, 2, 3, 5]], before[[0, 2, 3, 5]])
+    assert not torch.equal(table[[1, 4]], before[[1, 4]])
+
+
+def test_gradient_clipping_really_clips():
+    grad = torch.full((4, 4), 2.0)
+    assert train.clip_gradient(grad, 1.0) == pytest.approx(8.0)
+    assert grad.norm().item() == pytest.approx(1.0, abs=1e-5)
+    small = torch.full((2,), 0.1)
+    train.clip_gradient(small, 1.0)
+    assert torch.equal(small, torch.full((2,), 0.1))
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def test_sampler_reads_each_pair_once_per_epoch_and_reshuffles(sp_bytes, pairs_file):
+    source = train.tokenize_pairs(pairs_file, models.Tokenizer(sp_bytes, True), skip_bad=False, threads=1)
+    sampler = train.PairSampler(source, seed=5, block=4, window=24)
+    n = len(source)
+    everything = train.PairData(*source.read(0, n))
+    keys = [tuple(t) for t in np.split(everything.src[0], np.cumsum(everything.src[1])[:-1])]
+    orders = []
+    for epoch in (0, 1):
+        parts = [sampler.read(epoch, start, 13) for start in range(0, n, 13)]
+        got = train.PairData.concat(parts)
+        seen = [tuple(t) for t in np.split(got.src[0], np.cumsum(got.src[1])[:-1])]
+        assert sorted(seen) == sorted(keys)
+        orders.append(seen)
+    assert orders[0] != orders[1]
+    again = train.PairSampler(source, seed=5, block=4, window=24).read(0, 20, 30)
+    assert np.array_equal(again.src[0], sampler.read(0, 20, 30).src[0])
+
+
+def write_shards(source, sp_bytes, folder, cut: int):
+    folder.mkdir()
+    n = len(source)
+    for k, (lo, hi) in enumerate([(0, cut), (cut, n)]):
+        shards.write_shard(folder / f"part{k}.h5", *source.read(lo, hi), sp_bytes, lowercase=True)
+    return folder
+
+
+def test_text_and_hdf5_give_the_same_batches_and_weights(sp_bytes, sp_file, pairs_file, tmp_path):
+    source = train.tokenize_pairs(pairs_file, models.Tokenizer(sp_bytes, True), skip_bad=False, threads=1)
+    folder = write_shards(source, sp_bytes, tmp_path / "shards", cut=117)
+    shard_set = train.ShardSet(train.shard_paths([str(folder)]), sp_bytes)
+    text, hdf5 = train.PairSampler(source, 3, block=8, window=40), train.PairSampler(shard_set, 3, block=8, window=40)
+    for epoch, start, count in [(0, 0, 50), (0, 50, 200), (1, 7, 90), (2, 290, 64)]:
+        a, b = text.read(epoch, start, count), hdf5.read(epoch, start, count)
+        for side in ("src", "tgt"):
+            for k in (0, 1):
+                assert np.array_equal(getattr(a, side)[k], getattr(b, side)[k])
+    common = ["--max-steps", "12", "--dropout", "0.1"]
+    assert train.main(tiny_args(pairs_file, sp_file, tmp_path / "a", *common)) == 0
+    args = tiny_args(pairs_file, sp_file, tmp_path / "b", *common)
+    args[args.index("--train-file") : args.index("--train-file") + 2] = ["--train-shards", str(folder)]
+    assert train.main(args) == 0
+    assert torch.equal(weights(tmp_path / "a" / "model.pt"), weights(tmp_path / "b" / "model.pt"))
+
+
+def test_shard_from_another_sentencepiece_model_is_refused(
+    sp_bytes, sp_file, pairs_file, corpus_file, tmp_path, capsys
+):
+    other = models.train_sentencepiece(corpus_file, vocab_size=40, num_threads=1)
+    source = train.tokenize_pairs(pairs_file, models.Tokenizer(other, True), skip_bad=False, threads=1)
+    folder = write_shards(source, other, tmp_path / "shards", cut=100)
+    args = ["--train-shards", str(folder), "--sp-model", str(sp_file), "--output-dir", str(tmp_path / "out")]
+    assert train.main(args) == 2
+    err = capsys.readouterr().err
+    assert "part0.h5" in err and "another sentencepiece model" in err and "Traceback" not in err
+
+
+def test_bad_training_line_is_a_one_line_error(sp_file, tmp_path, capsys):
+    path = tmp_path / "bad.tsv"
+    path.write_text("a man\ta person\nno tab here\nx\ty\n")
+    assert train.main(["--train-file", str(path), "--sp-model", str(sp_file), "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and f"{path}:2:" in err and "\n" not in err
+
+
+def test_gzip_training_file_and_outputs(sp_file, pairs_file, tmp_path):
+    import gzip
+
+    gz = tmp_path / "pairs.tsv.gz"
+    gz.write_bytes(gzip.compress(pairs_file.read_bytes()))
+    dev = tmp_path / "dev.tsv"
+    scored = zip(generated_sentences(30, 8), generated_sentences(30, 9), strict=True)
+    dev.write_text("".join(f"{i % 5}.0\t{a}\t{b}\n" for i, (a, b) in enumerate(scored)))
+    out = tmp_path / "run"
+    assert (
+        train.main(tiny_args(gz, sp_file, out, "--max-steps", "10", "--save-every", "5", "--dev-file", str(dev))) == 0
+    )
+    assert {"model.pt", "best.pt", "resume.pt", "metrics.jsonl"} <= {p.name for p in out.iterdir()}
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["event"] == "dev"] == [5, 10]
+    assert models.load_model(out / "best.pt").config["dim"] == 16
+    state = torch.load(out / "resume.pt", weights_only=True)
+    assert state["position"]["step"] == 10
+    assert train.main(tiny_args(gz, sp_file, out, "--max-steps", "10")) == 2  # refuses to overwrite a run
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def run_cli(args, kill: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != train.KILL_ENV}
+    if kill:
+        env[train.KILL_ENV] = kill
+    cmd = [sys.executable, str(ROOT / "train.py"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_kill_and_resume_give_the_same_weights(sp_file, pairs_file, tmp_path):
+    common = ["--max-steps", "50", "--save-every", "4", "--dropout", "0.1"]
+    straight = tmp_path / "straight"
+    assert run_cli(tiny_args(pairs_file, sp_file, straight, *common)).returncode == 0
+
+    killed = tmp_path / "killed"  # SIGKILL after step 10: resumes from the save at step 8, mid mega-batch
+    assert run_cli(tiny_args(pairs_file, sp_file, killed, *common), kill="10").returncode == -9
+    assert models.load_model(killed / "model.pt")  # what was left behind is a complete checkpoint
+    assert torch.load(killed / "resume.pt", weights_only=True)["position"]["step"] == 8
+    interrupted = run_cli(tiny_args(pairs_file, sp_file, killed, *common, "--resume"), kill="41:INT")
+    assert interrupted.returncode == 130 and "--resume" in interrupted.stderr  # Ctrl-C saves, then stops
+    assert torch.load(killed / "resume.pt", weights_only=True)["position"]["step"] == 41
+    resumed = run_cli(tiny_args(pairs_file, sp_file, killed, *common, "--resume"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert torch.equal(weights(straight / "model.pt"), weights(killed / "model.pt"))
+
+
+def test_resume_refuses_changed_settings(sp_file, pairs_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main(tiny_args(pairs_file, sp_file, out, "--max-steps", "3")) == 0
+    assert train.main(tiny_args(pairs_file, sp_file, out, "--max-steps", "6", "--resume", "--delta", "0.3")) == 2
+    assert "--delta 0.4 -> 0.3" in capsys.readouterr().err
+    assert train.main(tiny_args(pairs_file, sp_file, out, "--max-steps", "6", "--resume")) == 0
+
+
+# ----------------------------------------------------------------------------- learning
+
+
+def test_short_run_on_caption_paraphrases_learns(shared_data, tmp_path):
+    """Captions need a small mega-batch: with M >= 2 the hardest negatives are near-paraphrases."""
+    import evaluate
+
+    pairs = shared_data / "train" / "en_paraphrase" / "multi30k_task2_en_captions.pairs.tsv.gz"
+    sts17 = shared_data / "sts" / "2017" / "en-en.tsv"
+    out = tmp_path / "run"
+    args = [
+        "--train-file", str(pairs), "--output-dir", str(out), "--vocab-size", "4000", "--dim", "300",
+        "--max-steps", "600", "--megabatch-size", "1", "--lr", "0.01", "--log-every", "100",
+    ]  # fmt: skip
+    assert train.main(args) == 0
+    tokenizer = models.Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
+    before = evaluate.score_sts_file(train.initial_model(tokenizer, train.parse_args(args)), sts17)["pearson"]
+    after = evaluate.score_sts_file(models.load_model(out / "model.pt"), sts17)["pearson"]
+    print(f"STS 2017 en-en Pearson: {before:.2f} before training, {after:.2f} after")
+    assert after > before + 10, (before, after)

@@ -1,0 +1,896 @@
+"""Train an SP model with the margin loss and mega-batch hard negatives (Wieting et al., eq. 1-2).
+
+    python train.py --train-file pairs.tsv.gz --output-dir runs/sp [--mode paraphrase|bitext] ...
+    python train.py --train-shards shards/ --sp-model sp.model --output-dir runs/sp ...
+
+For a pair (s, t) the loss is [delta - cos(g(s), g(t)) + cos(g(s), g(t'))]_+, where t' is the most
+similar sentence of the mega-batch under the current parameters that is neither t, nor a copy of s or
+t, nor a sentence whose own partner is a copy of s (a known paraphrase). By default the loss is
+symmetric (the same term for t with a negative s'); `--one-sided` is eq. 1 exactly. With bitext the
+negatives of an English sentence come only from the other language and vice versa.
+
+Data: a TSV of raw pairs (tokenized once into memory) or HDF5 shards (read one window at a time, so
+RAM does not grow with the corpus); both feed the same seeded sampler. `output-dir` receives
+`model.pt` (inference checkpoint), `best.pt` (best by dev Pearson, with --dev-file), `resume.pt`
+(training state for --resume) and `metrics.jsonl`, all written atomically.
+
+On caption paraphrases keep --megabatch-size small: with a large mega-batch the hardest "negative" is
+usually a caption of a near-identical image and training collapses (M >= 40; in short runs on the
+Multi30k captions M = 1 was best and M = 4 already degraded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gzip
+import itertools
+import json
+import math
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from fileio import InputError, atomic_output, open_input, run_cli, split_pair
+from models import SPModel, Tokenizer, flatten, resolve_device, train_sentencepiece
+from shards import Shard
+
+STATE_FORMAT = "paraphrastic-train-state"
+STATE_VERSION = 1
+BLOCK_PAIRS = 32  # contiguous pairs read at once: the sampler's unit of disk access
+WINDOW_PAIRS = 65536  # pairs shuffled together: a window of randomly chosen blocks
+SP_SENTENCES = 2_000_000  # distinct sentences a new sentencepiece model is trained on
+MINE_CHUNK = 2048  # rows per similarity block when mining (measured best of 2048-6400)
+KILL_ENV = "PARAPHRASTIC_TRAIN_KILL_AT_STEP"  # test hook: "STEP" (SIGKILL) or "STEP:INT" (Ctrl-C)
+# Arguments that must not change on --resume (the others, e.g. --max-steps, may).
+FIXED_ON_RESUME = (
+    "mode", "dim", "batch_size", "megabatch_size", "megabatch_anneal", "lr", "delta", "dropout",
+    "grad_clip", "optimizer", "one_sided", "seed", "mine_precision",
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- data
+
+
+class PairData:
+    """A block of sentence pairs: flat int64 ids and per-sentence lengths for each side."""
+
+    def __init__(self, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray]):
+        self.src, self.tgt = src, tgt
+
+    def __len__(self) -> int:
+        return len(self.src[1])
+
+    def take(self, idx: np.ndarray) -> PairData:
+        """The pairs at `idx`, in that order."""
+        return PairData(take_bags(*self.src, idx), take_bags(*self.tgt, idx))
+
+    @staticmethod
+    def concat(parts: list[PairData]) -> PairData:
+        sides = [tuple(np.concatenate([getattr(p, side)[k] for p in parts]) for k in (0, 1)) for side in ("src", "tgt")]
+        return PairData(*sides)
+
+
+def take_bags(flat: np.ndarray, lengths: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gather sentences `idx` from (flat ids, lengths) without a Python loop over sentences."""
+    starts = np.cumsum(lengths) - lengths
+    lens = lengths[idx]
+    shift = np.repeat(np.cumsum(lens) - lens - starts[idx], lens)
+    return flat[np.arange(int(lens.sum())) - shift], lens
+
+
+class MemorySource:
+    """Tokenized pairs held in memory, read like a shard: contiguous ranges of pairs."""
+
+    def __init__(self, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray]):
+        self.sides = [(ids.astype(np.int32), np.concatenate([[0], np.cumsum(lens)])) for ids, lens in (src, tgt)]
+
+    def __len__(self) -> int:
+        return len(self.sides[0][1]) - 1
+
+    def read(self, start: int, stop: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        out = []
+        for ids, offsets in self.sides:
+            off = offsets[start : stop + 1]
+            out.append((ids[off[0] : off[-1]].astype(np.int64), np.diff(off)))
+        return tuple(out)
+
+
+class ShardSet:
+    """Several HDF5 shards read as one sequence of pairs; each is checked against the sentencepiece model."""
+
+    def __init__(self, paths: list[Path], sp_model: bytes):
+        self.shards = [Shard(p, sp_model=sp_model) for p in paths]
+        self.starts = np.cumsum([0] + [len(s) for s in self.shards])
+        lowercase = {s.lowercase for s in self.shards}
+        if len(lowercase) > 1:
+            raise InputError(f"{paths[0].parent}: the shards disagree on lowercasing; encode them all the same way")
+        self.lowercase = lowercase.pop()
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def read(self, start: int, stop: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        parts = []
+        first = int(np.searchsorted(self.starts, start, side="right")) - 1
+        for k in range(first, len(self.shards)):
+            lo, hi = max(start, self.starts[k]), min(stop, self.starts[k + 1])
+            if lo >= hi:
+                break
+            parts.append(PairData(*self.shards[k].read(int(lo - self.starts[k]), int(hi - self.starts[k]))))
+        block = parts[0] if len(parts) == 1 else PairData.concat(parts)
+        return block.src, block.tgt
+
+
+class PairSampler:
+    """The seeded order of an epoch: windows of randomly chosen blocks of contiguous pairs, shuffled within.
+
+    Position `offset` in epoch `epoch` names the same pair whatever the source (memory or shards) and
+    however often the run was resumed; only the current windows are held in memory.
+    """
+
+    def __init__(self, source, seed: int, block: int = BLOCK_PAIRS, window: int = WINDOW_PAIRS):
+        self.source, self.seed, self.block = source, seed, block
+        self.blocks_per_window = max(1, window // block)
+        self.num_blocks = math.ceil(len(source) / block)
+        self._epoch = None
+        self._windows: dict[int, PairData] = {}
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def read(self, epoch: int, start: int, count: int) -> PairData:
+        """Pairs [start, start + count) of the epoch's order (fewer at the end of the epoch)."""
+        self._plan(epoch)
+        stop = min(start + count, len(self))
+        parts = []
+        while start < stop:
+            w = int(np.searchsorted(self.window_starts, start, side="right")) - 1
+            lo, hi = start - self.window_starts[w], min(stop, self.window_starts[w + 1]) - self.window_starts[w]
+            data = self._window(epoch, w)
+            parts.append(data.take(np.arange(lo, hi)))
+            start += hi - lo
+        return parts[0] if len(parts) == 1 else PairData.concat(parts)
+
+    def _plan(self, epoch: int) -> None:
+        if self._epoch == epoch:
+            return
+        self._epoch, self._windows = epoch, {}
+        self.order = np.random.default_rng([self.seed, epoch, 0]).permutation(self.num_blocks)
+        sizes = np.minimum(self.block, len(self) - self.order * self.block)
+        per_window = np.add.reduceat(sizes, np.arange(0, self.num_blocks, self.blocks_per_window))
+        self.window_starts = np.concatenate([[0], np.cumsum(per_window)])
+
+    def _window(self, epoch: int, w: int) -> PairData:
+        if w not in self._windows:
+            blocks = self.order[w * self.blocks_per_window : (w + 1) * self.blocks_per_window]
+            data = PairData.concat(
+                [PairData(*self.source.read(b * self.block, min((b + 1) * self.block, len(self)))) for b in blocks]
+            )
+            perm = np.random.default_rng([self.seed, epoch, 1, w]).permutation(len(data))
+            self._windows = {k: v for k, v in self._windows.items() if k == w - 1}
+            self._windows[w] = data.take(perm)
+        return self._windows[w]
+
+
+def open_text(path: Path):
+    """Binary reader for a plain or gzip-compressed file."""
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def iter_pairs(path: Path, skip_bad: bool, chunk_lines: int = 65536) -> Iterator[tuple[list[str], list[str]]]:
+    """Yield (sources, targets) chunks of a `s1<TAB>s2` file (.gz accepted); a bad line is an InputError."""
+    open_input(path)
+    line_no = 1
+    try:
+        with open_text(path) as f:
+            while raw := list(itertools.islice(f, chunk_lines)):
+                src, tgt = [], []
+                for i, line in enumerate(raw):
+                    text = line.decode("utf-8", errors="replace").rstrip("\r\n")
+                    try:
+                        s, t = split_pair(text, path, line_no + i)
+                    except InputError:
+                        if skip_bad:
+                            continue
+                        raise
+                    src.append(s)
+                    tgt.append(t)
+                line_no += len(raw)
+                yield src, tgt
+    except (gzip.BadGzipFile, EOFError) as e:
+        raise InputError(f"{path}: not a readable gzip file ({e})") from None
+
+
+def tokenize_pairs(path: Path, tokenizer: Tokenizer, skip_bad: bool, threads: int) -> MemorySource:
+    """Tokenize a TSV of pairs chunk by chunk into a MemorySource."""
+    sides: list[list[tuple[np.ndarray, np.ndarray]]] = [[], []]
+    for chunk in iter_pairs(path, skip_bad):
+        for side, texts in zip(sides, chunk, strict=True):
+            ids, lens = flatten(tokenizer.encode(texts, num_threads=threads))
+            side.append((ids.astype(np.int32), lens))
+    src, tgt = ((np.concatenate([a for a, _ in s] or [[]]), np.concatenate([b for _, b in s] or [[]])) for s in sides)
+    return MemorySource(src, tgt)
+
+
+def sentencepiece_from_text(
+    path: Path, vocab_size: int, lowercase: bool, skip_bad: bool, threads: int, workdir: Path
+) -> bytes:
+    """Train the sentencepiece model on the distinct sentences of both sides (at most SP_SENTENCES)."""
+    seen: set[int] = set()
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=workdir, suffix=".txt", delete=False) as f:
+        tmp = Path(f.name)
+        for src, tgt in iter_pairs(path, skip_bad):
+            text = "\n".join(itertools.chain(src, tgt))
+            fresh = [s for s in (text.lower() if lowercase else text).split("\n") if hash(s) not in seen]
+            seen.update(map(hash, fresh))
+            f.write("".join(s + "\n" for s in fresh))
+            if len(seen) >= SP_SENTENCES:
+                break
+    try:
+        return train_sentencepiece(tmp, vocab_size, threads)
+    finally:
+        tmp.unlink()
+
+
+def shard_paths(items: list[str]) -> list[Path]:
+    """Shard files named directly or found (*.h5, *.hdf5) in the directories named."""
+    paths = []
+    for item in map(Path, items):
+        if item.is_dir():
+            found = sorted(p for p in item.iterdir() if p.suffix in (".h5", ".hdf5"))
+            if not found:
+                raise InputError(f"{item}: no *.h5 or *.hdf5 shards in this directory")
+            paths += found
+        else:
+            open_input(item)
+            paths.append(item)
+    return paths
+
+
+# ----------------------------------------------------------------------------- objective
+
+
+def megabatch_size_at(step: int, max_size: int, anneal: int) -> int:
+    """Mini-batches per mega-batch after `step` updates: 1, growing by 1 every `anneal` steps, up to max."""
+    if anneal <= 0:
+        return max_size
+    return min(max_size, 1 + step // anneal)
+
+
+def sentence_groups(ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """A group number per sentence; sentences share one exactly when their id sequences are equal."""
+    lengths = torch.diff(offsets, append=offsets.new_tensor([len(ids)]))
+    owner = torch.repeat_interleave(torch.arange(len(offsets), device=ids.device), lengths)
+    position = torch.arange(len(ids), device=ids.device) - offsets[owner]
+    gen = torch.Generator().manual_seed(12345)
+    weights = torch.randint(1, 2**62, (int(lengths.max()) + 1,), generator=gen).to(ids.device) | 1
+    mixed = (ids + 1) * weights[position]  # int64 arithmetic wraps: a polynomial hash of the sequence
+    hashes = torch.zeros(len(offsets), dtype=torch.int64, device=ids.device).index_add_(0, owner, mixed)
+    hashes = hashes * 1_000_003 + lengths
+    return torch.unique(hashes, return_inverse=True)[1]
+
+
+def forbidden_pairs(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(anchor, candidate) index pairs that may never be a negative; sentences 0..n-1 are sources and
+    n..2n-1 their partners. Candidate y is forbidden for anchor x when y is a copy of x or of x's
+    partner, or y's partner is a copy of x (y is a known paraphrase). The relation is symmetric."""
+    n2 = len(groups)
+    partner = (torch.arange(n2, device=groups.device) + n2 // 2) % n2
+    order = torch.argsort(groups, stable=True)
+    counts = torch.bincount(groups)
+    starts = torch.cumsum(counts, 0) - counts
+
+    def members(anchors: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c = counts[keys]
+        rows = torch.repeat_interleave(anchors, c)
+        shift = torch.repeat_interleave(torch.cumsum(c, 0) - c - starts[keys], c)
+        return rows, order[torch.arange(len(rows), device=groups.device) - shift]
+
+    everyone = torch.arange(n2, device=groups.device)
+    same_x, copy_x = members(everyone, groups)  # y is a copy of x
+    same_p, copy_p = members(everyone, groups[partner])  # y is a copy of x's partner
+    rows = torch.cat([same_x, same_p, copy_p])  # and the transpose: y's partner is a copy of x
+    cols = torch.cat([copy_x, copy_p, same_p])
+    return rows, cols
+
+
+@torch.no_grad()
+def mine_hardest(
+    vectors: torch.Tensor,
+    groups: torch.Tensor,
+    bitext: bool,
+    dtype: torch.dtype = torch.bfloat16,
+    chunk: int = MINE_CHUNK,
+) -> torch.Tensor:
+    """Index of the hardest allowed negative of each of the 2n sentences (-1 where none is allowed).
+
+    With bitext a source's candidates are the targets and vice versa; otherwise every sentence. The
+    cosine matrix is computed in blocks of `chunk` rows as matrix products in `dtype`; each block
+    serves both its rows and (by symmetry) its columns, so no pair of blocks is computed twice.
+    """
+    n2 = len(vectors)
+    n = n2 // 2
+    unit = F.normalize(vectors.float(), dim=1).to(dtype)
+    bad_rows, bad_cols = forbidden_pairs(groups)
+    best = torch.full((n2,), -math.inf, device=vectors.device)
+    arg = torch.full((n2,), -1, dtype=torch.int64, device=vectors.device)
+
+    def update(index: torch.Tensor, values: torch.Tensor, where: torch.Tensor) -> None:
+        values = values.float()
+        better = values > best[index]
+        best[index] = torch.where(better, values, best[index])
+        arg[index] = torch.where(better, where, arg[index])
+
+    if bitext:  # sources x targets: every block
+        starts = range(0, n, chunk)
+        blocks = [(a, min(a + chunk, n), n + b, min(n + b + chunk, n2)) for a in starts for b in starts]
+    else:  # all x all: the upper triangle of blocks
+        starts = range(0, n2, chunk)
+        blocks = [(a, min(a + chunk, n2), b, min(b + chunk, n2)) for i, a in enumerate(starts) for b in starts[i:]]
+    for r0, r1, c0, c1 in blocks:
+        sim = unit[r0:r1] @ unit[c0:c1].T
+        inside = (bad_rows >= r0) & (bad_rows < r1) & (bad_cols >= c0) & (bad_cols < c1)
+        sim[bad_rows[inside] - r0, bad_cols[inside] - c0] = -math.inf
+        values, where = sim.max(dim=1)
+        update(torch.arange(r0, r1, device=sim.device), values, where + c0)
+        if r0 != c0:
+            values, where = sim.T.contiguous().max(dim=1)  # a transposed copy: max along rows is much faster
+            update(torch.arange(c0, c1, device=sim.device), values, where + r0)
+    return torch.where(best > -math.inf, arg, -1)
+
+
+def margin_loss(
+    src: torch.Tensor,
+    tgt: torch.Tensor,
+    neg_src: torch.Tensor,
+    neg_tgt: torch.Tensor | None = None,
+    delta: float = 0.4,
+    valid_src: torch.Tensor | None = None,
+    valid_tgt: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Mean over pairs of [delta - cos(s, t) + cos(s, t')]_+, plus [delta - cos(s, t) + cos(t, s')]_+
+    when `neg_tgt` is given (the symmetric form). Pairs whose negative is not valid add nothing."""
+    positive = F.cosine_similarity(src, tgt)
+    loss = (delta - positive + F.cosine_similarity(src, neg_src)).clamp_min(0)
+    if valid_src is not None:
+        loss = loss * valid_src
+    if neg_tgt is not None:
+        other = (delta - positive + F.cosine_similarity(tgt, neg_tgt)).clamp_min(0)
+        loss = loss + (other if valid_tgt is None else other * valid_tgt)
+    return loss.mean()
+
+
+def gather_sentences(ids: torch.Tensor, offsets: torch.Tensor, lengths: torch.Tensor, idx: torch.Tensor):
+    """(ids, offsets) of sentences `idx` of a mega-batch, in that order."""
+    lens = lengths[idx]
+    new_offsets = torch.cumsum(lens, 0) - lens
+    shift = torch.repeat_interleave(new_offsets - offsets[idx], lens)
+    return ids[torch.arange(len(shift), device=ids.device) - shift], new_offsets
+
+
+def mean_pool(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, dropout: float) -> torch.Tensor:
+    """Mean of the rows of each bag, with dropout on each gathered row (as SPModel.forward)."""
+    if dropout == 0.0:
+        return F.embedding_bag(ids, table, offsets, mode="mean")
+    rows = F.dropout(table.index_select(0, ids), p=dropout, training=True)
+    return F.embedding_bag(torch.arange(len(ids), device=ids.device), rows, offsets, mode="mean")
+
+
+def clip_gradient(grad: torch.Tensor, max_norm: float | None) -> float:
+    """Scale `grad` in place so its L2 norm is at most `max_norm`; returns the norm before clipping."""
+    norm = float(grad.norm())
+    if max_norm and norm > max_norm:
+        grad.mul_(max_norm / (norm + 1e-6))
+    return norm
+
+
+# ----------------------------------------------------------------------------- optimizers
+
+
+class LazyAdam:
+    """Adam that reads and writes only the rows in the batch (row-sparse, like tf LazyAdam).
+
+    Its cost scales with the batch, not the vocabulary; rows absent from a step keep their moments.
+    With every row in every batch it is torch.optim.Adam. Both moments live in one (2, rows, dim)
+    tensor, so a step is one gather and one scatter of state, and each moment stays contiguous.
+    """
+
+    def __init__(self, table: torch.Tensor, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.table, self.lr, self.betas, self.eps = table, lr, betas, eps
+        self.moments = torch.zeros(2, *table.shape, dtype=table.dtype, device=table.device)
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
+        """Apply one Adam update to `rows` (unique) given their gradient."""
+        self.steps += 1
+        b1, b2 = self.betas
+        state = self.moments.index_select(1, rows)
+        m, v = state
+        m.lerp_(grad, 1 - b1)
+        v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        self.moments.index_copy_(1, rows, state)
+        root = math.sqrt(1 - b2**self.steps)  # lr * m / (sqrt(v / root**2) + eps), rearranged to save a pass
+        update = v.sqrt().add_(self.eps * root)
+        self.table.index_add_(0, rows, torch.div(m, update, out=update), alpha=-self.lr * root / (1 - b1**self.steps))
+
+    def state_dict(self) -> dict:
+        return {"steps": self.steps, "moments": self.moments}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps = int(state["steps"])
+        self.moments.copy_(state["moments"])
+
+
+class DenseAdam:
+    """torch.optim.Adam over the whole table: every row moves at every step (the reference behaviour)."""
+
+    def __init__(self, table: torch.Tensor, lr: float):
+        self.param = torch.nn.Parameter(table, requires_grad=True)
+        self.param.grad = torch.zeros_like(table)
+        self.optimizer = torch.optim.Adam([self.param], lr=lr)
+
+    @torch.no_grad()
+    def step(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
+        self.param.grad.zero_().index_add_(0, rows, grad)
+        self.optimizer.step()
+
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+class MegaBatch:
+    """The 2n sentences of n pairs (sources first) on the device, and each one's mined negative."""
+
+    def __init__(self, model: SPModel, data: PairData, device: torch.device):
+        self.n = len(data)
+        flat = np.concatenate([data.src[0], data.tgt[0]])
+        lengths = np.concatenate([data.src[1], data.tgt[1]])
+        ids, offsets = model.rows_and_offsets(flat, lengths)
+        self.ids, self.offsets = ids.to(device), offsets.to(device)
+        self.lengths = torch.diff(self.offsets, append=self.offsets.new_tensor([len(self.ids)]))
+        self.negatives: torch.Tensor | None = None
+
+    def mine(self, model: SPModel, bitext: bool, dtype: torch.dtype) -> None:
+        """Embed every sentence without dropout and pick each one's hardest negative."""
+        with torch.no_grad():
+            vectors = F.embedding_bag(self.ids, model.embedding.weight, self.offsets, mode="mean")
+        self.negatives = mine_hardest(vectors, sentence_groups(self.ids, self.offsets), bitext, dtype)
+
+    def minibatch(self, start: int, stop: int, one_sided: bool):
+        """(ids, offsets, validity) of [sources, targets, negatives of sources(, negatives of targets)]."""
+        pairs = torch.arange(start, stop, device=self.ids.device)
+        anchors = [pairs] if one_sided else [pairs, pairs + self.n]
+        negatives = [self.negatives[a] for a in anchors]
+        partners = [(a + self.n) % (2 * self.n) for a in anchors]
+        fallback = [torch.where(neg >= 0, neg, p) for neg, p in zip(negatives, partners, strict=True)]
+        idx = torch.cat([pairs, pairs + self.n, *fallback])
+        ids, offsets = gather_sentences(self.ids, self.offsets, self.lengths, idx)
+        return ids, offsets, [(neg >= 0).float() for neg in negatives]
+
+
+class Trainer:
+    """The training loop: data position, mega-batches, updates, checkpoints and dev evaluation."""
+
+    def __init__(self, args: argparse.Namespace, model: SPModel, sampler: PairSampler, out: Path):
+        self.args, self.model, self.sampler, self.out = args, model, sampler, out
+        self.device = model.device
+        table = model.embedding.weight.data
+        self.optimizer = LazyAdam(table, args.lr) if args.optimizer == "sparse-adam" else DenseAdam(table, args.lr)
+        self.mine_dtype = torch.bfloat16 if args.mine_precision == "bf16" else torch.float32
+        self.step = self.epoch = self.offset = self.inner = 0
+        self.megabatch: MegaBatch | None = None
+        self.best: float | None = None
+        self.stop_requested = False
+        self.saved_at: int | None = None
+        self.seconds = {"read": 0.0, "mine": 0.0, "update": 0.0, "save": 0.0}  # where the time goes
+        steps_per_epoch = math.ceil(len(sampler) / args.batch_size)
+        self.total_steps = min(args.epochs * steps_per_epoch, args.max_steps or math.inf)
+
+    # -- state
+
+    def state_dict(self) -> dict:
+        mb = self.megabatch
+        return {
+            "format": STATE_FORMAT,
+            "format_version": STATE_VERSION,
+            "args": plain_args(self.args),
+            "sp_model": self.model.tokenizer.sp_model,
+            "lowercase": self.model.tokenizer.lowercase,
+            "embedding": self.model.embedding.weight.detach().cpu(),
+            "optimizer": self.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+            "position": {"step": self.step, "epoch": self.epoch, "offset": self.offset, "inner": self.inner},
+            "megabatch_pairs": mb.n if mb is not None else 0,
+            "negatives": mb.negatives.cpu() if mb is not None else None,
+            "best": self.best,
+            "num_pairs": len(self.sampler),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["num_pairs"] != len(self.sampler):
+            raise InputError(
+                f"{self.out / 'resume.pt'}: the run trained on {state['num_pairs']} pairs but the data given has "
+                f"{len(self.sampler)}; resume with the same training data"
+            )
+        self.model.embedding.weight.data.copy_(state["embedding"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"])
+        pos = state["position"]
+        self.step, self.epoch, self.offset, self.inner = pos["step"], pos["epoch"], pos["offset"], pos["inner"]
+        self.best = state["best"]
+        if state["negatives"] is not None:
+            data = self.sampler.read(self.epoch, self.offset, state["megabatch_pairs"])
+            self.megabatch = MegaBatch(self.model, data, self.device)
+            self.megabatch.negatives = state["negatives"].to(self.device)
+
+    # -- loop
+
+    def train(self) -> int:
+        """Run until --epochs or --max-steps; a first Ctrl-C saves and stops (exit 130)."""
+        args = self.args
+        bar = tqdm(total=self.total_steps, initial=self.step, unit="step", file=sys.stderr, dynamic_ncols=True)
+        window = {"loss": 0.0, "steps": 0, "pairs": 0, "time": time.perf_counter(), "saved": 0.0}
+        with bar, self._sigint_saves():
+            while self.step < self.total_steps and not self.stop_requested:
+                if self.megabatch is None and not self._next_megabatch():
+                    continue
+                mb = self.megabatch
+                m = math.ceil(mb.n / args.batch_size)
+                while self.inner < m and self.step < self.total_steps and not self.stop_requested:
+                    lo, start = self.inner * args.batch_size, time.perf_counter()
+                    loss = self.train_step(*mb.minibatch(lo, min(lo + args.batch_size, mb.n), args.one_sided))
+                    self.seconds["update"] += time.perf_counter() - start
+                    self.step += 1
+                    self.inner += 1
+                    window["loss"] += loss
+                    window["steps"] += 1
+                    window["pairs"] += min(lo + args.batch_size, mb.n) - lo
+                    bar.update(1)
+                    if self.step % args.log_every == 0 or self.step == self.total_steps:
+                        self._log_progress(window, bar, m)
+                    if args.save_every and self.step % args.save_every == 0:
+                        self.checkpoint()
+                    _fault_injection(self.step)
+                if self.inner == m:
+                    self.offset += mb.n
+                    self.megabatch, self.inner = None, 0
+            self.checkpoint()
+        if self.stop_requested:
+            print(f"interrupted at step {self.step}: state saved; continue with --resume", file=sys.stderr)
+            return 130
+        return 0
+
+    def _next_megabatch(self) -> bool:
+        """Read and mine the next mega-batch; at the end of an epoch move to the next (False then)."""
+        if self.offset >= len(self.sampler):
+            self.epoch, self.offset = self.epoch + 1, 0
+            self.checkpoint()
+            if self.epoch >= self.args.epochs:
+                self.total_steps = self.step
+            return False
+        m = megabatch_size_at(self.step, self.args.megabatch_size, self.args.megabatch_anneal)
+        start = time.perf_counter()
+        data = self.sampler.read(self.epoch, self.offset, m * self.args.batch_size)
+        self.megabatch = MegaBatch(self.model, data, self.device)
+        read = time.perf_counter()
+        self.megabatch.mine(self.model, self.args.mode == "bitext", self.mine_dtype)
+        self.seconds["read"] += read - start
+        self.seconds["mine"] += time.perf_counter() - read
+        return True
+
+    def train_step(self, ids: torch.Tensor, offsets: torch.Tensor, valid: list[torch.Tensor]) -> float:
+        """One update on a mini-batch: gather the rows it uses, pool, margin loss, row-sparse gradient."""
+        rows, local = torch.unique(ids, return_inverse=True)
+        sub = self.model.embedding.weight.data.index_select(0, rows).requires_grad_()
+        vectors = mean_pool(sub, local, offsets, self.args.dropout)
+        parts = vectors.split(len(valid[0]))
+        if self.args.one_sided:
+            loss = margin_loss(parts[0], parts[1], parts[2], None, self.args.delta, valid[0])
+        else:
+            loss = margin_loss(parts[0], parts[1], parts[2], parts[3], self.args.delta, valid[0], valid[1])
+        loss.backward()
+        if self.args.grad_clip:
+            clip_gradient(sub.grad, self.args.grad_clip)
+        self.optimizer.step(rows, sub.grad)
+        return loss.item()
+
+    # -- outputs
+
+    def _log_progress(self, window: dict, bar: tqdm, m: int) -> None:
+        now = time.perf_counter()
+        loss = window["loss"] / max(window["steps"], 1)
+        saving = self.seconds["save"] - window["saved"]
+        rate = window["pairs"] / max(now - window["time"] - saving, 1e-9)
+        bar.set_postfix(loss=f"{loss:.4f}", pairs_s=f"{rate:.0f}", M=m)
+        self._metrics(
+            {"event": "train", "step": self.step, "epoch": self.epoch, "loss": loss, "pairs_per_s": rate, "M": m}
+            | {f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()}
+        )
+        window.update(loss=0.0, steps=0, pairs=0, time=now, saved=self.seconds["save"])
+
+    def _metrics(self, record: dict) -> None:
+        with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({**record, "time": time.time()}) + "\n")
+
+    def checkpoint(self) -> None:
+        """Dev evaluation (best.pt when it improves), then resume.pt and model.pt, each written atomically.
+
+        Its time is counted apart, so pairs/s measures training alone."""
+        if self.saved_at == self.step:
+            return
+        self.saved_at, start = self.step, time.perf_counter()
+        self._save()
+        self.seconds["save"] += time.perf_counter() - start
+
+    def _save(self) -> None:
+        extra = {"training": {"step": self.step, "epoch": self.epoch, "args": plain_args(self.args)}}
+        scores = self.dev_scores()
+        if scores:
+            mean = sum(scores.values()) / len(scores)
+            improved = self.best is None or mean > self.best
+            if improved:
+                self.best = mean
+                self.model.save(self.out / "best.pt", extra_config={**extra, "dev_pearson": scores})
+            text = " ".join(f"{Path(k).name}={v:.2f}" for k, v in scores.items())
+            tqdm.write(f"step {self.step}: dev Pearson {text} (mean {mean:.2f}{', best' if improved else ''})")
+            self._metrics({"event": "dev", "step": self.step, "epoch": self.epoch, "pearson": scores, "mean": mean})
+        with atomic_output(self.out / "resume.pt") as f:
+            torch.save(self.state_dict(), f)
+        self.model.save(self.out / "model.pt", extra_config=extra)
+
+    def dev_scores(self) -> dict[str, float]:
+        """Pearson x 100 of each --dev-file (empty without dev files)."""
+        if not self.args.dev_file:
+            return {}
+        import evaluate  # local: training never needs the evaluation code unless asked
+
+        self.model.eval()
+        return {str(p): float(evaluate.score_sts_file(self.model, p)["pearson"]) for p in self.args.dev_file}
+
+    @contextlib.contextmanager
+    def _sigint_saves(self):
+        """The first Ctrl-C finishes the current update, saves and stops; a second one aborts."""
+
+        def handler(signum, frame):
+            if self.stop_requested:
+                raise KeyboardInterrupt
+            self.stop_requested = True
+            tqdm.write("interrupt: saving the training state (Ctrl-C again to abort)")
+
+        try:
+            previous = signal.signal(signal.SIGINT, handler)
+        except ValueError:  # not the main thread: no handler
+            yield
+            return
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _fault_injection(step: int) -> None:
+    """Test hook: kill this process (SIGKILL) or interrupt it (SIGINT) right after a given step."""
+    spec = os.environ.get(KILL_ENV)
+    if spec and int(spec.split(":")[0]) == step:
+        os.kill(os.getpid(), signal.SIGINT if spec.endswith(":INT") else signal.SIGKILL)
+
+
+# ----------------------------------------------------------------------------- setup
+
+
+def plain_args(args: argparse.Namespace) -> dict:
+    """The arguments as plain values (paths as strings), for checkpoints loaded with weights_only=True."""
+    plain = {}
+    for k, v in vars(args).items():
+        plain[k] = [str(x) for x in v] if isinstance(v, list) else str(v) if isinstance(v, Path) else v
+    return plain
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="paraphrastic-train",
+        description="Train an SP sentence encoder with the margin loss and mega-batch hard negatives.",
+        epilog="On caption paraphrases keep --megabatch-size small (1 was best on Multi30k captions): large "
+        "mega-batches mine captions of near-identical images as negatives and training collapses.",
+    )
+    data = p.add_mutually_exclusive_group(required=True)
+    data.add_argument("--train-file", type=Path, help="TSV of sentence pairs s1<TAB>s2 (.gz accepted)")
+    data.add_argument("--train-shards", nargs="+", metavar="DIR_OR_FILE", help="HDF5 shards from preprocess/")
+    p.add_argument("--output-dir", type=Path, required=True, help="model.pt, best.pt, resume.pt, metrics.jsonl")
+    p.add_argument(
+        "--mode",
+        choices=["paraphrase", "bitext"],
+        default="paraphrase",
+        help="bitext: negatives only from the other language (default: paraphrase)",
+    )
+    p.add_argument("--sp-model", type=Path, help="sentencepiece model to use (default: train one on the pairs)")
+    p.add_argument("--vocab-size", type=int, default=50000, help="pieces when training sentencepiece (default 50000)")
+    p.add_argument(
+        "--lowercase",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="lowercase text before sentencepiece (default: yes; shards record their own)",
+    )
+    p.add_argument("--dim", type=int, default=1024, help="embedding dimension (default 1024)")
+    p.add_argument("--batch-size", type=int, default=128, help="pairs per update (default 128)")
+    p.add_argument("--megabatch-size", type=int, default=100, help="M: mini-batches pooled for mining (default 100)")
+    p.add_argument(
+        "--megabatch-anneal",
+        type=int,
+        default=150,
+        help="grow M by 1 every this many updates, from 1; 0: M from the start (default 150)",
+    )
+    p.add_argument("--epochs", type=int, default=25, help="passes over the data (default 25)")
+    p.add_argument("--max-steps", type=int, help="stop after this many updates")
+    p.add_argument("--lr", type=float, default=0.001, help="Adam learning rate (default 0.001)")
+    p.add_argument("--delta", type=float, default=0.4, help="margin (default 0.4)")
+    p.add_argument("--dropout", type=float, default=0.0, help="dropout on the piece embeddings")
+    p.add_argument("--grad-clip", type=float, help="clip the gradient's L2 norm to this (default off)")
+    p.add_argument(
+        "--optimizer",
+        choices=["sparse-adam", "adam"],
+        default="sparse-adam",
+        help="sparse-adam: update only the rows in the batch (fast); adam: dense (default sparse-adam)",
+    )
+    p.add_argument(
+        "--mine-precision",
+        choices=["bf16", "fp32"],
+        default="bf16",
+        help="precision of the mining matrix products (default bf16)",
+    )
+    p.add_argument("--one-sided", action="store_true", help="negatives only for the source side (eq. 1)")
+    p.add_argument("--save-every", type=int, default=0, help="also save every N updates (default: each epoch)")
+    p.add_argument("--log-every", type=int, default=100, help="metrics.jsonl line every N updates (default 100)")
+    p.add_argument(
+        "--dev-file",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="STS dev files (score<TAB>s1<TAB>s2): Pearson at each save, best.pt by their mean",
+    )
+    p.add_argument("--skip-bad-lines", action="store_true", help="skip malformed training lines instead of failing")
+    p.add_argument("--seed", type=int, default=1, help="seed of the initialisation, data order and dropout")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    p.add_argument("--resume", action="store_true", help="continue the run saved in --output-dir")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    args = p.parse_args(argv)
+    for name in ("dim", "batch_size", "megabatch_size", "epochs", "vocab_size", "log_every"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.batch_size < 2:
+        p.error("--batch-size must be at least 2 (negatives come from the batch)")
+    if not 0.0 <= args.dropout < 1.0:
+        p.error("--dropout must be in [0, 1)")
+    return args
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """Fail before any work (or output) when an input file is missing, dev files included."""
+    for path in [args.train_file, args.sp_model, *args.dev_file]:
+        if path is not None:
+            open_input(path)
+    if args.train_shards:
+        shard_paths(args.train_shards)
+
+
+def load_resume_state(out: Path) -> dict:
+    path = out / "resume.pt"
+    if not path.exists():
+        raise InputError(f"{path}: no training state to resume (run without --resume to start)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable state is one clear error
+        raise InputError(f"{path}: not a readable training state ({str(e).splitlines()[0]})") from None
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise InputError(f"{path}: not a training state written by train.py")
+    return state
+
+
+def check_resume_args(args: argparse.Namespace, state: dict, out: Path) -> None:
+    saved = state["args"]
+    changed = [k for k in FIXED_ON_RESUME if saved.get(k) != getattr(args, k)]
+    if changed:
+        diff = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} -> {getattr(args, k)}" for k in changed)
+        raise InputError(f"{out / 'resume.pt'}: cannot resume with different settings ({diff})")
+
+
+def sentencepiece_and_source(args: argparse.Namespace, state: dict | None, out: Path, threads: int):
+    """The tokenizer (given, resumed, or trained on the pairs) and the pair source."""
+    if args.train_shards:
+        paths = shard_paths(args.train_shards)
+        if state is None and args.sp_model is None:
+            raise InputError("--train-shards needs --sp-model: the sentencepiece model the shards were encoded with")
+        sp = state["sp_model"] if state is not None else args.sp_model.read_bytes()
+        source = ShardSet(paths, sp)
+        if args.lowercase is not None and args.lowercase != source.lowercase:
+            raise InputError(f"{paths[0]}: the shards were encoded with lowercase={source.lowercase}")
+        return Tokenizer(sp, source.lowercase), source
+    lowercase = True if args.lowercase is None else args.lowercase
+    if state is not None:
+        tokenizer = Tokenizer(state["sp_model"], state["lowercase"])
+    elif args.sp_model is not None:
+        open_input(args.sp_model)
+        tokenizer = Tokenizer(args.sp_model.read_bytes(), lowercase)
+    else:
+        open_input(args.train_file)
+        tqdm.write(f"training a sentencepiece model ({args.vocab_size} pieces) on {args.train_file}")
+        tokenizer = Tokenizer(
+            sentencepiece_from_text(args.train_file, args.vocab_size, lowercase, args.skip_bad_lines, threads, out),
+            lowercase,
+        )
+        with atomic_output(out / "sp.model") as f:
+            f.write(tokenizer.sp_model)
+    tqdm.write(f"tokenizing {args.train_file}")
+    return tokenizer, tokenize_pairs(args.train_file, tokenizer, args.skip_bad_lines, threads)
+
+
+def initial_model(tokenizer: Tokenizer, args: argparse.Namespace) -> SPModel:
+    """Embeddings drawn from N(0, 1) with the run's seed (nn.Embedding's default, as the reference)."""
+    gen = torch.Generator().manual_seed(args.seed)
+    table = torch.randn(len(tokenizer), args.dim, generator=gen)
+    return SPModel(tokenizer, table, {"source": "train.py"})
+
+
+def keep_freed_memory() -> None:
+    """Let glibc keep freed blocks of up to 32 MiB instead of unmapping them: a step frees and reallocates
+    tens of MiB of temporaries, and fresh pages cost a page fault each (measured: updates ~1.8x faster)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: blocks below this come from the heap
+        libc.mallopt(-1, 2**31 - 1)  # M_TRIM_THRESHOLD: do not hand the heap's free top back to the OS
+
+
+@run_cli
+def main(argv: list[str] | None = None) -> int:
+    """Train (or resume) a model; returns the exit status."""
+    args = parse_args(argv)
+    keep_freed_memory()
+    threads = args.threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    device = resolve_device(args.device)
+    out = args.output_dir
+    check_inputs(args)
+    out.mkdir(parents=True, exist_ok=True)
+    state = load_resume_state(out) if args.resume else None
+    if state is None and (out / "resume.pt").exists():
+        raise InputError(f"{out}: already holds a training run; pass --resume to continue it or use another directory")
+    if state is not None:
+        check_resume_args(args, state, out)
+    tokenizer, source = sentencepiece_and_source(args, state, out, threads)
+    if len(source) < 2:
+        raise InputError(f"{args.train_file or args.train_shards[0]}: need at least 2 training pairs")
+    torch.manual_seed(args.seed)
+    model = initial_model(tokenizer, args).to(device)
+    trainer = Trainer(args, model, PairSampler(source, args.seed), out)
+    if state is not None:
+        trainer.load_state_dict(state)
+    tqdm.write(
+        f"training {len(source)} pairs: dim {args.dim}, {len(tokenizer)} pieces, batch {args.batch_size}, "
+        f"M up to {args.megabatch_size}, {trainer.total_steps} updates, {args.optimizer}, {device}"
+    )
+    return trainer.train()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
