@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from fileio import InputError, atomic_output, open_input, run_cli, split_pair
-from models import SPModel, Tokenizer, flatten, resolve_device, train_sentencepiece
+from models import SPModel, Tokenizer, flatten, load_model, resolve_device, train_sentencepiece
 from shards import Shard
 
 STATE_FORMAT = "paraphrastic-train-state"
@@ -725,6 +725,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="bitext: negatives only from the other language (default: paraphrase)",
     )
     p.add_argument("--sp-model", type=Path, help="sentencepiece model to use (default: train one on the pairs)")
+    p.add_argument(
+        "--init-from",
+        type=Path,
+        help="start from this model's tokenizer and embedding table (any model load_model reads; sets --dim)",
+    )
     p.add_argument("--vocab-size", type=int, default=50000, help="pieces when training sentencepiece (default 50000)")
     p.add_argument(
         "--lowercase",
@@ -815,8 +820,12 @@ def check_resume_args(args: argparse.Namespace, state: dict, out: Path) -> None:
         raise InputError(f"{out / 'resume.pt'}: cannot resume with different settings ({diff})")
 
 
-def sentencepiece_and_source(args: argparse.Namespace, state: dict | None, out: Path, threads: int):
-    """The tokenizer (given, resumed, or trained on the pairs) and the pair source."""
+def sentencepiece_and_source(
+    args: argparse.Namespace, state: dict | None, out: Path, threads: int, init: SPModel | None = None
+):
+    """The tokenizer (given, resumed, from --init-from, or trained on the pairs) and the pair source."""
+    if state is None and init is not None:
+        state = {"sp_model": init.tokenizer.sp_model, "lowercase": init.tokenizer.lowercase}
     if args.train_shards:
         paths = shard_paths(args.train_shards)
         if state is None and args.sp_model is None:
@@ -845,11 +854,26 @@ def sentencepiece_and_source(args: argparse.Namespace, state: dict | None, out: 
     return tokenizer, tokenize_pairs(args.train_file, tokenizer, args.skip_bad_lines, threads)
 
 
-def initial_model(tokenizer: Tokenizer, args: argparse.Namespace) -> SPModel:
-    """Embeddings drawn from N(0, 1) with the run's seed (nn.Embedding's default, as the reference)."""
+def initial_model(tokenizer: Tokenizer, args: argparse.Namespace, init: SPModel | None = None) -> SPModel:
+    """The --init-from table, else embeddings drawn from N(0, 1) with the run's seed (as the reference)."""
+    if init is not None:
+        return SPModel(tokenizer, init.embedding.weight.detach().clone(), {"source": "train.py"})
     gen = torch.Generator().manual_seed(args.seed)
     table = torch.randn(len(tokenizer), args.dim, generator=gen)
     return SPModel(tokenizer, table, {"source": "train.py"})
+
+
+def load_init_model(args: argparse.Namespace) -> SPModel | None:
+    """The --init-from model, whose dimension becomes the run's (recorded for --resume checks)."""
+    if args.init_from is None:
+        return None
+    if args.sp_model is not None:
+        raise InputError("--init-from brings its own sentencepiece model: drop --sp-model")
+    init = load_model(args.init_from)
+    if init.piece_rows is not None:
+        raise InputError(f"{args.init_from}: an original-release model cannot be trained on; load and save it first")
+    args.dim = init.dim
+    return init
 
 
 def keep_freed_memory() -> None:
@@ -876,12 +900,15 @@ def main(argv: list[str] | None = None) -> int:
     if state is None and (out / "resume.pt").exists():
         raise InputError(f"{out}: already holds a training run; pass --resume to continue it or use another directory")
     if state is not None:
+        if args.init_from is not None:
+            args.dim = state["args"]["dim"]  # the --init-from model's, as recorded
         check_resume_args(args, state, out)
-    tokenizer, source = sentencepiece_and_source(args, state, out, threads)
+    init = load_init_model(args) if state is None else None
+    tokenizer, source = sentencepiece_and_source(args, state, out, threads, init)
     if len(source) < 2:
         raise InputError(f"{args.train_file or args.train_shards[0]}: need at least 2 training pairs")
     torch.manual_seed(args.seed)
-    model = initial_model(tokenizer, args).to(device)
+    model = initial_model(tokenizer, args, init).to(device)
     trainer = Trainer(args, model, PairSampler(source, args.seed), out)
     if state is not None:
         trainer.load_state_dict(state)

@@ -304,3 +304,17 @@ def test_short_run_on_caption_paraphrases_learns(shared_data, tmp_path):
     after = evaluate.score_sts_file(models.load_model(out / "model.pt"), sts17)["pearson"]
     print(f"STS 2017 en-en Pearson: {before:.2f} before training, {after:.2f} after")
     assert after > before + 10, (before, after)
+
+
+def test_init_from_starts_from_the_model_table(tiny_model_file, tmp_path):
+    """--init-from takes the model's tokenizer, dimension and table; training then moves the table."""
+    pairs = zip(generated_sentences(300, 11), generated_sentences(300, 12), strict=True)
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+    init = models.load_model(tiny_model_file)
+    for lr, run in (("0", "frozen"), ("0.01", "moved")):
+        args = ["--train-file", tmp_path / "pairs.tsv", "--output-dir", tmp_path / run, "--init-from", tiny_model_file]
+        assert train.main([*map(str, args), "--max-steps", "3", "--megabatch-size", "1", "--lr", lr]) == 0
+    frozen, moved = models.load_model(tmp_path / "frozen/model.pt"), models.load_model(tmp_path / "moved/model.pt")
+    assert frozen.dim == init.dim == 16 and frozen.tokenizer.sp_model == init.tokenizer.sp_model
+    assert torch.equal(frozen.embedding.weight, init.embedding.weight)
+    assert not torch.equal(moved.embedding.weight, init.embedding.weight)
