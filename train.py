@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from fileio import InputError, atomic_output, open_input, run_cli, split_pair
+from fileio import InputError, atomic_output, iter_line_chunks, open_input, run_cli, split_pair
 from models import SPModel, Tokenizer, flatten, load_model, resolve_device, train_sentencepiece
 from shards import Shard
 
@@ -55,7 +55,8 @@ KILL_ENV = "PARAPHRASTIC_TRAIN_KILL_AT_STEP"  # test hook: "STEP" (SIGKILL) or "
 # Arguments that must not change on --resume (the others, e.g. --max-steps, may).
 FIXED_ON_RESUME = (
     "mode", "dim", "batch_size", "megabatch_size", "megabatch_anneal", "lr", "delta", "dropout",
-    "grad_clip", "optimizer", "one_sided", "seed", "mine_precision",
+    "grad_clip", "optimizer", "one_sided", "seed", "mine_precision", "distill_weight", "distill_batch_size",
+    "margin_weight",
 )  # fmt: skip
 
 
@@ -371,6 +372,11 @@ def margin_loss(
     return loss.mean()
 
 
+def distill_loss(vectors: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cosine distance of sentence vectors to their teacher targets."""
+    return (1 - F.cosine_similarity(vectors, targets, dim=1)).mean()
+
+
 def gather_sentences(ids: torch.Tensor, offsets: torch.Tensor, lengths: torch.Tensor, idx: torch.Tensor):
     """(ids, offsets) of sentences `idx` of a mega-batch, in that order."""
     lens = lengths[idx]
@@ -456,6 +462,44 @@ class DenseAdam:
 # ----------------------------------------------------------------------------- training
 
 
+class DistillStream:
+    """Sentences with teacher target vectors (train.py --distill), served in batches.
+
+    Batch k is a slice of a seeded permutation of one pass over the sentences, so the stream's position
+    follows from the step alone and resume needs no extra state.
+    """
+
+    def __init__(self, model: SPModel, sentence_file: Path, target_file: Path, batch_size: int, seed: int):
+        self.model, self.batch_size, self.seed = model, batch_size, seed
+        threads = torch.get_num_threads()
+        chunks = [flatten(model.tokenizer.encode(lines, threads)) for lines in iter_line_chunks(sentence_file)]
+        if not chunks:
+            raise InputError(f"{sentence_file}: no sentences to distill")
+        self.flat = np.concatenate([c[0] for c in chunks])
+        self.lengths = np.concatenate([c[1] for c in chunks])
+        try:
+            targets = np.load(target_file, mmap_mode="r")
+        except (OSError, ValueError) as e:
+            raise InputError(f"{target_file}: not a readable .npy of target vectors ({e})") from None
+        if targets.ndim != 2 or targets.shape != (len(self.lengths), model.dim):
+            raise InputError(
+                f"{target_file}: shape {targets.shape}, expected ({len(self.lengths)}, {model.dim}): one target "
+                f"vector per line of {sentence_file}, of the model's dimension"
+            )
+        self.targets = torch.from_numpy(np.asarray(targets, dtype=np.float32))
+        self.per_pass = max(len(self.lengths) // batch_size, 1)
+        self.order: tuple[int, np.ndarray] | None = None
+
+    def batch(self, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids, offsets, targets) of the distillation batch that goes with update `step`."""
+        epoch, k = divmod(step, self.per_pass)
+        if self.order is None or self.order[0] != epoch:
+            self.order = (epoch, np.random.default_rng((self.seed, epoch)).permutation(len(self.lengths)))
+        idx = self.order[1][k * self.batch_size : (k + 1) * self.batch_size]
+        ids, offsets = self.model.rows_and_offsets(*take_bags(self.flat, self.lengths, idx))
+        return ids.to(device), offsets.to(device), self.targets[idx].to(device)
+
+
 class MegaBatch:
     """The 2n sentences of n pairs (sources first) on the device, and each one's mined negative."""
 
@@ -497,6 +541,11 @@ class Trainer:
         self.mine_dtype = torch.bfloat16 if args.mine_precision == "bf16" else torch.float32
         self.step = self.epoch = self.offset = self.inner = 0
         self.megabatch: MegaBatch | None = None
+        self.distill = (
+            DistillStream(model, *args.distill, args.distill_batch_size or args.batch_size, args.seed)
+            if args.distill
+            else None
+        )
         self.best: float | None = None
         self.stop_requested = False
         self.saved_at: int | None = None
@@ -600,15 +649,23 @@ class Trainer:
         return True
 
     def train_step(self, ids: torch.Tensor, offsets: torch.Tensor, valid: list[torch.Tensor]) -> float:
-        """One update on a mini-batch: gather the rows it uses, pool, margin loss, row-sparse gradient."""
+        """One update on a mini-batch: gather the rows it uses, pool, margin loss (plus the distillation
+        loss with --distill), row-sparse gradient."""
+        bags = len(offsets)
+        if self.distill is not None:
+            d_ids, d_offsets, targets = self.distill.batch(self.step, self.device)
+            ids, offsets = torch.cat([ids, d_ids]), torch.cat([offsets, d_offsets + len(ids)])
         rows, local = torch.unique(ids, return_inverse=True)
         sub = self.model.embedding.weight.data.index_select(0, rows).requires_grad_()
         vectors = mean_pool(sub, local, offsets, self.args.dropout)
-        parts = vectors.split(len(valid[0]))
+        parts = vectors[:bags].split(len(valid[0]))
         if self.args.one_sided:
             loss = margin_loss(parts[0], parts[1], parts[2], None, self.args.delta, valid[0])
         else:
             loss = margin_loss(parts[0], parts[1], parts[2], parts[3], self.args.delta, valid[0], valid[1])
+        loss = self.args.margin_weight * loss
+        if self.distill is not None:
+            loss = loss + self.args.distill_weight * distill_loss(vectors[bags:], targets)
         loss.backward()
         if self.args.grad_clip:
             clip_gradient(sub.grad, self.args.grad_clip)
@@ -765,6 +822,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="precision of the mining matrix products (default bf16)",
     )
     p.add_argument("--one-sided", action="store_true", help="negatives only for the source side (eq. 1)")
+    p.add_argument(
+        "--distill",
+        nargs=2,
+        type=Path,
+        metavar=("SENTENCES", "TARGETS"),
+        help="add a distillation loss: pull each sentence's vector toward its row of TARGETS (.npy, one "
+        "row per line of SENTENCES, e.g. from teacher.py)",
+    )
+    p.add_argument("--distill-weight", type=float, default=1.0, help="weight of the distillation loss (default 1)")
+    p.add_argument("--distill-batch-size", type=int, help="sentences per distillation batch (default: --batch-size)")
+    p.add_argument("--margin-weight", type=float, default=1.0, help="weight of the margin loss (default 1)")
     p.add_argument("--save-every", type=int, default=0, help="also save every N updates (default: each epoch)")
     p.add_argument("--log-every", type=int, default=100, help="metrics.jsonl line every N updates (default 100)")
     p.add_argument(
@@ -792,7 +860,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def check_inputs(args: argparse.Namespace) -> None:
     """Fail before any work (or output) when an input file is missing, dev files included."""
-    for path in [args.train_file, args.sp_model, *args.dev_file]:
+    for path in [args.train_file, args.sp_model, *args.dev_file, *(args.distill or [])]:
         if path is not None:
             open_input(path)
     if args.train_shards:

