@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from fileio import atomic_path, count_lines, iter_line_chunks, open_input, run_cli
+from fileio import atomic_path, count_lines, iter_line_chunks, open_input, remove_stale_temps, reserve_space, run_cli
 from models import load_model
 
 
@@ -41,6 +41,7 @@ def embed_file(model, args: argparse.Namespace) -> tuple[int, dict]:
     stats: dict = {}
     with atomic_path(args.output_file) as tmp:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=args.dtype, shape=(n, model.dim))
+        reserve_space(tmp)  # a full disk fails here with a clear error, not with SIGBUS in the memory map
         row = 0
         with tqdm(total=n, unit=" sent", disable=args.quiet, file=sys.stderr) as bar:
             for lines in iter_line_chunks(args.sentence_file, args.chunk_lines, args.strict, stats):
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
+    remove_stale_temps(args.output_file)  # left by a killed run
     n, stats = embed_file(model, args)
     if stats["invalid_utf8_lines"]:
         print(f"warning: {stats['invalid_utf8_lines']} lines had invalid UTF-8, replaced by U+FFFD", file=sys.stderr)

@@ -8,6 +8,8 @@ partial output behind.
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import itertools
 import os
 import sys
@@ -15,9 +17,15 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # full disk, quota, file size limit (ulimit -f)
+
 
 class InputError(Exception):
     """Bad user input: the message names the file (and line) and says what to do."""
+
+
+class OutputError(Exception):
+    """An output that could not be written (full disk, file size limit); the message names the file."""
 
 
 def open_input(path: str | os.PathLike) -> int:
@@ -121,7 +129,7 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb") -> Iterator:
     path = Path(path)
     fd, tmp = _temp_beside(path)
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
+        with reporting_full_disk(path), os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -141,9 +149,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     fd, tmp = _temp_beside(path)
     os.close(fd)
     try:
-        yield Path(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        with reporting_full_disk(path):
+            yield Path(tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -152,10 +161,55 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     _fsync_dir(path.parent)
 
 
+@contextlib.contextmanager
+def reporting_full_disk(path: Path, kept: str = "it was left as it was") -> Iterator[None]:
+    """Turn a full disk or file size limit while writing `path` into an OutputError naming it, also when
+    a library (torch.save) reports it as another error with the OSError as its context."""
+    try:
+        yield
+    except (OSError, RuntimeError) as e:
+        cause = _os_error(e)
+        if cause is None or cause.errno not in NO_SPACE:
+            raise
+        reason = os.strerror(cause.errno).lower()
+        raise OutputError(f"{path}: {reason} while writing; {kept} (free some space or write elsewhere)") from None
+
+
+def _os_error(error: BaseException | None) -> OSError | None:
+    """The first OSError in an exception's chain of causes and contexts."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def reserve_space(path: str | os.PathLike) -> None:
+    """Allocate the blocks of a (sparse) file now: a full disk is then an error here, rather than a
+    SIGBUS later when a memory map of the file writes to a page the file system cannot provide."""
+    with open(path, "rb+") as f:
+        try:
+            os.posix_fallocate(f.fileno(), 0, max(os.fstat(f.fileno()).st_size, 1))
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+
+
+def remove_stale_temps(path: str | os.PathLike) -> int:
+    """Remove the temporary files a killed run left beside `path` (`.NAME.*.tmp`); returns how many."""
+    path = Path(path)
+    stale = glob.glob(os.path.join(glob.escape(str(path.parent)), f".{glob.escape(path.name)}.*.tmp"))
+    for tmp in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return len(stale)
+
+
 def _temp_beside(path: Path) -> tuple[int, str]:
     """A new temporary file next to `path` (same file system, so the rename is atomic), with the
     permissions a plain open() would give under the current umask rather than mkstemp's 0600."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    except OSError as e:
+        raise OutputError(f"{path}: cannot create a file there ({e.strerror.lower()})") from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
@@ -178,7 +232,7 @@ def run_cli(main: Callable[[list[str] | None], int | None]) -> Callable[[list[st
     def wrapped(argv: list[str] | None = None) -> int:
         try:
             return main(argv) or 0
-        except (InputError, ModelError) as e:
+        except (InputError, OutputError, ModelError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         except OSError as e:

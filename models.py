@@ -12,7 +12,6 @@ import io
 import itertools
 import os
 import pickle
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,14 +36,17 @@ class ModelError(Exception):
 class Tokenizer:
     """Sentencepiece plus the model's lowercasing; turns a batch of texts into flat ids + offsets."""
 
-    def __init__(self, sp_model: bytes, lowercase: bool):
+    def __init__(self, sp_model: bytes, lowercase: bool, source: str | os.PathLike | None = None):
         self.sp_model = sp_model
         self.lowercase = lowercase
         self.sp = spm.SentencePieceProcessor()
         try:
             self.sp.LoadFromSerializedProto(sp_model)
-        except (RuntimeError, OSError) as e:
-            raise ModelError(f"the sentencepiece model is not valid ({e})") from None
+        except (RuntimeError, OSError, TypeError) as e:
+            where = f"{source}: " if source is not None else ""
+            reason = _first_sentence(e).removeprefix("INTERNAL: ")
+            reason = "it does not parse" if "ParseFromArray" in reason else reason
+            raise ModelError(f"{where}not a valid sentencepiece model, truncated or corrupt ({reason})") from None
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
@@ -220,13 +222,16 @@ def _safe_load(path: Path) -> dict:
         with torch.serialization.safe_globals([argparse.Namespace]):
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
+        if _unpickler_line(e, "GLOBAL") is None:  # not an object it refused: bytes that are no pickle at all
+            reason = _unpickler_line(e, "Unsupported") or "not a pickle"
+            raise ModelError(f"{path}: not a readable model file, truncated or corrupt ({reason})") from None
         raise ModelError(
             f"{path}: refused to load: it holds code or objects other than tensors and plain data "
-            f"({_offending_global(e)}); this toolkit never runs pickled code from a model file"
+            f"({_unpickler_line(e, 'GLOBAL')}); this toolkit never runs pickled code from a model file"
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # any other failure to unpickle is a damaged file, whatever the library raised
         raise ModelError(f"{path}: not a readable model file, truncated or corrupt ({_first_sentence(e)})") from None
     if not isinstance(state, dict):
         raise ModelError(f"{path}: not a model checkpoint (top level is {type(state).__name__})")
@@ -234,14 +239,14 @@ def _safe_load(path: Path) -> dict:
 
 
 def _first_sentence(error: Exception) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = str(error).strip().splitlines()[0].strip() if str(error).strip() else type(error).__name__
     return text.split(". ")[0].rstrip(".")
 
 
-def _offending_global(error: Exception) -> str:
-    """The line of torch's refusal that names what the file tried to load."""
-    lines = [line.strip() for line in str(error).splitlines() if "GLOBAL" in line or "global" in line]
-    return lines[0].rstrip(".") if lines else "unsupported content"
+def _unpickler_line(error: Exception, word: str) -> str | None:
+    """The line of torch's weights-only refusal that holds `word` (GLOBAL: what the file tried to load)."""
+    lines = [line.strip() for line in str(error).splitlines() if word.lower() in line.lower()]
+    return lines[0].rstrip(".") if lines else None
 
 
 def load_model(
@@ -249,19 +254,27 @@ def load_model(
     sp_model: str | os.PathLike | None = None,
     device: str | torch.device | None = None,
 ) -> SPModel:
-    """Load a model file: our self-contained checkpoint, or the original toolkit's release layout
-    (then `sp_model` names its sentencepiece model). No path loads the shipped default model."""
+    """Load a model file: our self-contained checkpoint, the original toolkit's release layout (then
+    `sp_model` names its sentencepiece model), or a sentence-transformers / model2vec static-embedding
+    folder with a sentencepiece model (see interop.py). No path loads the shipped default model."""
     path = Path(path) if path is not None else DEFAULT_MODEL
     if not path.exists():
         hint = " (the default model is not installed; pass a model file)" if path == DEFAULT_MODEL else ""
         raise ModelError(f"{path}: no such model file{hint}")
+    if path.is_dir():
+        from interop import import_folder  # imported here: the core never needs the interop extra
+
+        return import_folder(path).to(resolve_device(device)).eval()
     state = _safe_load(path)
-    if state.get("format") == FORMAT:
-        model = _from_native(state, path)
-    elif "state_dict" in state and "vocab" in state:
-        model = _from_legacy(state, path, sp_model)
-    else:
-        raise ModelError(f"{path}: not a paraphrastic model (keys: {sorted(state)[:6]})")
+    try:
+        if state.get("format") == FORMAT:
+            model = _from_native(state, path)
+        elif "state_dict" in state and "vocab" in state:
+            model = _from_legacy(state, path, sp_model)
+        else:
+            raise ModelError(f"{path}: not a paraphrastic model (keys: {sorted(map(str, state))[:6]})")
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
+        raise ModelError(f"{path}: malformed model file ({type(e).__name__}: {_first_sentence(e)})") from None
     return model.to(resolve_device(device)).eval()
 
 
@@ -269,36 +282,68 @@ def _from_native(state: dict, path: Path) -> SPModel:
     version = state.get("format_version")
     if version != FORMAT_VERSION:
         raise ModelError(f"{path}: format version {version} is not supported (this toolkit reads {FORMAT_VERSION})")
-    config = state["config"]
+    config = state.get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("lowercase"), bool):
+        raise ModelError(f"{path}: no valid config in the model file (it is corrupt)")
     if config.get("encoder", "sp") != "sp":
         raise ModelError(f"{path}: encoder kind {config['encoder']!r} is not supported by this version")
-    tokenizer = Tokenizer(bytes(state["sp_model"]), bool(config["lowercase"]))
-    rows = state.get("piece_rows")
-    return SPModel(
-        tokenizer,
-        state["embedding"],
-        config,
-        piece_rows=None if rows is None else rows.numpy().astype(np.int64),
-        unk_row=state.get("unk_row"),
-    )
+    table = _checked_table(state.get("embedding"), path)
+    if not isinstance(state.get("sp_model"), bytes):
+        raise ModelError(f"{path}: no sentencepiece model inside the model file (it is corrupt)")
+    tokenizer = Tokenizer(state["sp_model"], config["lowercase"], source=path)
+    rows, unk = state.get("piece_rows"), state.get("unk_row")
+    if rows is None and len(table) != len(tokenizer):
+        raise ModelError(f"{path}: {len(table)} embedding rows for {len(tokenizer)} pieces (the file is corrupt)")
+    if rows is not None:
+        rows = _checked_rows(rows, len(tokenizer), len(table), path)
+        if not isinstance(unk, int) or not 0 <= unk < len(table):
+            raise ModelError(f"{path}: unknown-token row {unk!r} is not a row of the table (the file is corrupt)")
+    return SPModel(tokenizer, table, config, piece_rows=rows, unk_row=unk if rows is not None else None)
+
+
+def _checked_table(table, path: Path) -> torch.Tensor:
+    """The embedding table, which must be a 2-D float tensor of finite values."""
+    if not isinstance(table, torch.Tensor) or table.ndim != 2 or not table.is_floating_point() or 0 in table.shape:
+        raise ModelError(f"{path}: no usable embedding table (expected a 2-D float tensor; the file is corrupt)")
+    if not torch.isfinite(table).all():
+        raise ModelError(f"{path}: the embedding table holds NaN or infinite values (the file is corrupt)")
+    return table
+
+
+def _checked_rows(rows, pieces: int, table_rows: int, path: Path) -> np.ndarray:
+    """Piece id -> row map: one integer per piece, each a row of the table or -1 (no row)."""
+    ok = isinstance(rows, torch.Tensor) and rows.ndim == 1 and len(rows) == pieces and not rows.is_floating_point()
+    if not ok or (len(rows) and (int(rows.min()) < -1 or int(rows.max()) >= table_rows)):
+        raise ModelError(f"{path}: the piece-to-row map does not fit the table (the file is corrupt)")
+    return rows.numpy().astype(np.int64)
 
 
 def _from_legacy(state: dict, path: Path, sp_model: str | os.PathLike | None) -> SPModel:
     """The original release: state_dict['embedding.weight'], vocab piece -> row, args namespace."""
     if sp_model is None:
         raise ModelError(f"{path}: an original-toolkit model needs its sentencepiece model: pass sp_model=")
-    sp_bytes = Path(sp_model).read_bytes()
+    sp_bytes = read_sp_model(sp_model)
     args = state.get("args")
     args = vars(args) if isinstance(args, argparse.Namespace) else dict(args or {})
     vocab = state["vocab"]
-    if LEGACY_UNK not in vocab:
+    if not isinstance(vocab, dict) or LEGACY_UNK not in vocab:
         raise ModelError(f"{path}: vocabulary has no {LEGACY_UNK} row")
-    weight = state["state_dict"]["embedding.weight"]
-    tokenizer = Tokenizer(sp_bytes, bool(args.get("lower_case", True)))
+    weight = _checked_table(state["state_dict"]["embedding.weight"], path)
+    tokenizer = Tokenizer(sp_bytes, bool(args.get("lower_case", True)), source=sp_model)
     pieces = [tokenizer.sp.id_to_piece(i) for i in range(len(tokenizer))]
-    piece_rows = np.array([vocab.get(p, -1) for p in pieces], dtype=np.int64)
+    piece_rows = _checked_rows(torch.tensor([vocab.get(p, -1) for p in pieces]), len(pieces), len(weight), path)
     config = {"legacy_args": _plain(args), "source": "original-release"}
     return SPModel(tokenizer, weight, config, piece_rows=piece_rows, unk_row=int(vocab[LEGACY_UNK]))
+
+
+def read_sp_model(path: str | os.PathLike) -> bytes:
+    """A sentencepiece model file's bytes, checked to load; a ModelError naming the file otherwise."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read the sentencepiece model ({(e.strerror or str(e)).lower()})") from None
+    Tokenizer(data, lowercase=False, source=path)
+    return data
 
 
 def train_sentencepiece(text_file: str | os.PathLike, vocab_size: int, num_threads: int | None = None) -> bytes:

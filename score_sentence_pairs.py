@@ -13,7 +13,16 @@ import sys
 import torch
 from tqdm import tqdm
 
-from fileio import InputError, atomic_output, count_lines, iter_line_chunks, open_input, run_cli, split_pair
+from fileio import (
+    InputError,
+    atomic_output,
+    count_lines,
+    iter_line_chunks,
+    open_input,
+    remove_stale_temps,
+    run_cli,
+    split_pair,
+)
 from models import load_model
 
 
@@ -69,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     open_input(args.sentence_pair_file)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
+    if args.output_file:
+        remove_stale_temps(args.output_file)  # left by a killed run
     sink = atomic_output(args.output_file, "w") if args.output_file else contextlib.nullcontext(sys.stdout)
     with sink as out:
         written, skipped, stats = score_file(model, args, out)

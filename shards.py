@@ -14,6 +14,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import sentencepiece as spm
 
 from fileio import InputError, atomic_path
 
@@ -66,14 +67,38 @@ class Shard:
             raise InputError(f"{self.path}: not a readable training shard ({e})") from None
         if attrs.get("format") != SHARD_FORMAT:
             raise InputError(f"{self.path}: not a training shard (no '{SHARD_FORMAT}' format attribute)")
+        missing = [k for k in ("sp_sha256", "lowercase", "num_pairs") if k not in attrs]
+        if missing:
+            raise InputError(f"{self.path}: damaged training shard (attributes {missing} are missing)")
         self.sp_sha256 = str(attrs["sp_sha256"])
         self.lowercase = bool(attrs["lowercase"])
         self.num_pairs = int(attrs["num_pairs"])
+        self._check_layout()
         if sp_model is not None and self.sp_sha256 != sp_checksum(sp_model):
             raise InputError(
                 f"{self.path}: made with another sentencepiece model (checksum {self.sp_sha256[:12]}, "
                 f"expected {sp_checksum(sp_model)[:12]}); re-encode it or pass the matching --sp-model"
             )
+        self.pieces = spm.SentencePieceProcessor(model_proto=sp_model).get_piece_size() if sp_model else 2**31
+
+    def _check_layout(self) -> None:
+        """Offsets must span the ids exactly, one more than the pairs, so that a damaged or truncated
+        shard is refused when opened rather than failing (or feeding garbage) in the middle of training."""
+        for side in ("src", "tgt"):
+            offsets, ids = self.offsets[side], self.ids[side]
+            datasets = isinstance(offsets, h5py.Dataset) and isinstance(ids, h5py.Dataset) and len(ids.shape) == 1
+            if not datasets or offsets.shape != (self.num_pairs + 1,):
+                raise InputError(f"{self.path}: damaged training shard ({side} offsets do not match num_pairs)")
+            first, last = int(self._read(offsets, 0)), int(self._read(offsets, self.num_pairs))
+            if first != 0 or last != ids.shape[0]:
+                raise InputError(f"{self.path}: damaged training shard ({side} offsets do not span the ids)")
+
+    def _read(self, dataset: h5py.Dataset, index) -> np.ndarray:
+        """dataset[index]; a read error (a damaged file) is an InputError naming the shard."""
+        try:
+            return dataset[index]
+        except (OSError, ValueError, TypeError) as e:
+            raise InputError(f"{self.path}: damaged training shard, cannot read {dataset.name} ({e})") from None
 
     def __len__(self) -> int:
         return self.num_pairs
@@ -82,9 +107,14 @@ class Shard:
         """Pairs [start, stop) as ((src flat ids, src lengths), (tgt flat ids, tgt lengths))."""
         sides = []
         for side in ("src", "tgt"):
-            offsets = self.offsets[side][start : stop + 1]
-            ids = self.ids[side][offsets[0] : offsets[-1]].astype(np.int64)
-            sides.append((ids, np.diff(offsets)))
+            offsets = self._read(self.offsets[side], slice(start, stop + 1))
+            ids = self._read(self.ids[side], slice(offsets[0], offsets[-1])).astype(np.int64)
+            lengths = np.diff(offsets)
+            if (lengths < 0).any() or (len(ids) and not 0 <= ids.min() <= ids.max() < self.pieces):
+                raise InputError(
+                    f"{self.path}: damaged training shard (ids or lengths out of range, pairs {start}-{stop})"
+                )
+            sides.append((ids, lengths))
         return sides[0], sides[1]
 
     def close(self) -> None:

@@ -41,8 +41,17 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from fileio import InputError, atomic_output, iter_line_chunks, open_input, run_cli, split_pair
-from models import SPModel, Tokenizer, flatten, load_model, resolve_device, train_sentencepiece
+from fileio import (
+    InputError,
+    atomic_output,
+    iter_line_chunks,
+    open_input,
+    remove_stale_temps,
+    reporting_full_disk,
+    run_cli,
+    split_pair,
+)
+from models import SPModel, Tokenizer, flatten, load_model, read_sp_model, resolve_device, train_sentencepiece
 from shards import Shard
 
 STATE_FORMAT = "paraphrastic-train-state"
@@ -52,6 +61,10 @@ WINDOW_PAIRS = 65536  # pairs shuffled together: a window of randomly chosen blo
 SP_SENTENCES = 2_000_000  # distinct sentences a new sentencepiece model is trained on
 MINE_CHUNK = 2048  # rows per similarity block when mining (measured best of 2048-6400)
 KILL_ENV = "PARAPHRASTIC_TRAIN_KILL_AT_STEP"  # test hook: "STEP" (SIGKILL) or "STEP:INT" (Ctrl-C)
+NAN_ENV = "PARAPHRASTIC_TRAIN_NAN_AT_STEP"  # test hook: "STEP[,STEP...]": these updates get a NaN loss
+NAN_EXIT = 3  # exit status when --on-nan stop stops the run
+SP_INPUT = "sentencepiece-input.txt"  # temporary text a new sentencepiece model is trained on
+OUTPUTS = ("model.pt", "best.pt", "resume.pt", "sp.model", SP_INPUT)  # names whose stale temporaries are removed
 # Arguments that must not change on --resume (the others, e.g. --max-steps, may).
 FIXED_ON_RESUME = (
     "mode", "dim", "batch_size", "megabatch_size", "megabatch_anneal", "lr", "delta", "dropout",
@@ -229,7 +242,8 @@ def sentencepiece_from_text(
 ) -> bytes:
     """Train the sentencepiece model on the distinct sentences of both sides (at most SP_SENTENCES)."""
     seen: set[int] = set()
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=workdir, suffix=".txt", delete=False) as f:
+    temp = dict(dir=workdir, prefix=f".{SP_INPUT}.", suffix=".tmp", delete=False)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", **temp) as f:
         tmp = Path(f.name)
         for src, tgt in iter_pairs(path, skip_bad):
             text = "\n".join(itertools.chain(src, tgt))
@@ -530,6 +544,10 @@ class MegaBatch:
         return ids, offsets, [(neg >= 0).float() for neg in negatives]
 
 
+class NonFiniteLoss(Exception):
+    """The loss, gradient or table became NaN or infinite and --on-nan stop ends the run."""
+
+
 class Trainer:
     """The training loop: data position, mega-batches, updates, checkpoints and dev evaluation."""
 
@@ -547,6 +565,8 @@ class Trainer:
             else None
         )
         self.best: float | None = None
+        self.skipped = 0  # batches skipped for a non-finite loss (--on-nan skip)
+        self.nan_steps = {int(k) for k in os.environ.get(NAN_ENV, "").split(",") if k}
         self.stop_requested = False
         self.saved_at: int | None = None
         self.seconds = {"read": 0.0, "mine": 0.0, "update": 0.0, "save": 0.0}  # where the time goes
@@ -571,6 +591,7 @@ class Trainer:
             "megabatch_pairs": mb.n if mb is not None else 0,
             "negatives": mb.negatives.cpu() if mb is not None else None,
             "best": self.best,
+            "skipped": self.skipped,
             "num_pairs": len(self.sampler),
         }
 
@@ -588,6 +609,7 @@ class Trainer:
         pos = state["position"]
         self.step, self.epoch, self.offset, self.inner = pos["step"], pos["epoch"], pos["offset"], pos["inner"]
         self.best = state["best"]
+        self.skipped = state.get("skipped", 0)
         if state["negatives"] is not None:
             data = self.sampler.read(self.epoch, self.offset, state["megabatch_pairs"])
             self.megabatch = MegaBatch(self.model, data, self.device)
@@ -612,8 +634,9 @@ class Trainer:
                     self.seconds["update"] += time.perf_counter() - start
                     self.step += 1
                     self.inner += 1
-                    window["loss"] += loss
-                    window["steps"] += 1
+                    if loss is not None:  # None: skipped for a non-finite loss
+                        window["loss"] += loss
+                        window["steps"] += 1
                     window["pairs"] += min(lo + args.batch_size, mb.n) - lo
                     bar.update(1)
                     if self.step % args.log_every == 0 or self.step == self.total_steps:
@@ -648,7 +671,7 @@ class Trainer:
         self.seconds["mine"] += time.perf_counter() - read
         return True
 
-    def train_step(self, ids: torch.Tensor, offsets: torch.Tensor, valid: list[torch.Tensor]) -> float:
+    def train_step(self, ids: torch.Tensor, offsets: torch.Tensor, valid: list[torch.Tensor]) -> float | None:
         """One update on a mini-batch: gather the rows it uses, pool, margin loss (plus the distillation
         loss with --distill), row-sparse gradient."""
         bags = len(offsets)
@@ -666,11 +689,32 @@ class Trainer:
         loss = self.args.margin_weight * loss
         if self.distill is not None:
             loss = loss + self.args.distill_weight * distill_loss(vectors[bags:], targets)
+        if self.step + 1 in self.nan_steps:
+            loss = loss * math.nan  # test hook: a NaN loss, and NaN gradients through it
         loss.backward()
+        if not (torch.isfinite(loss) & torch.isfinite(sub.grad).all()).item():
+            return self.non_finite(loss.item())
         if self.args.grad_clip:
             clip_gradient(sub.grad, self.args.grad_clip)
         self.optimizer.step(rows, sub.grad)
         return loss.item()
+
+    def non_finite(self, loss: float) -> None:
+        """A non-finite loss or gradient: skip the batch with a warning (--on-nan skip), or stop (default)."""
+        what = f"the loss is {loss}" if not math.isfinite(loss) else "the gradient is not finite"
+        if self.args.on_nan == "skip":
+            self.skipped += 1
+            msg = f"warning: update {self.step + 1}: {what}; batch skipped ({self.skipped} so far, --on-nan skip)"
+            tqdm.write(msg, file=sys.stderr)
+            return None
+        raise self.stopped(f"{what} at update {self.step + 1}")
+
+    def stopped(self, what: str) -> NonFiniteLoss:
+        """The error that ends a run gone non-finite; nothing more is saved, so the last good checkpoint stays."""
+        resume = self.out / "resume.pt"
+        kept = f"{resume}: kept as the last good checkpoint" if resume.exists() else f"{self.out}: nothing saved yet"
+        hint = "resume with --resume and a lower --lr or a --grad-clip, or skip such batches with --on-nan skip"
+        return NonFiniteLoss(f"{kept}; training stopped: {what} ({hint})")
 
     # -- outputs
 
@@ -682,12 +726,14 @@ class Trainer:
         bar.set_postfix(loss=f"{loss:.4f}", pairs_s=f"{rate:.0f}", M=m)
         self._metrics(
             {"event": "train", "step": self.step, "epoch": self.epoch, "loss": loss, "pairs_per_s": rate, "M": m}
+            | {"skipped": self.skipped}
             | {f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()}
         )
         window.update(loss=0.0, steps=0, pairs=0, time=now, saved=self.seconds["save"])
 
     def _metrics(self, record: dict) -> None:
-        with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as f:
+        path = self.out / "metrics.jsonl"
+        with reporting_full_disk(path, "resume.pt keeps the last checkpoint"), open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps({**record, "time": time.time()}) + "\n")
 
     def checkpoint(self) -> None:
@@ -696,6 +742,8 @@ class Trainer:
         Its time is counted apart, so pairs/s measures training alone."""
         if self.saved_at == self.step:
             return
+        if not torch.isfinite(self.model.embedding.weight).all():  # never save a broken table
+            raise self.stopped(f"the embedding table is not finite at update {self.step}")
         self.saved_at, start = self.step, time.perf_counter()
         self._save()
         self.seconds["save"] += time.perf_counter() - start
@@ -833,6 +881,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--distill-weight", type=float, default=1.0, help="weight of the distillation loss (default 1)")
     p.add_argument("--distill-batch-size", type=int, help="sentences per distillation batch (default: --batch-size)")
     p.add_argument("--margin-weight", type=float, default=1.0, help="weight of the margin loss (default 1)")
+    p.add_argument(
+        "--on-nan",
+        choices=["stop", "skip"],
+        default="stop",
+        help="a NaN/inf loss or gradient: stop, keeping the last good checkpoint (exit 3), or skip the batch",
+    )
     p.add_argument("--save-every", type=int, default=0, help="also save every N updates (default: each epoch)")
     p.add_argument("--log-every", type=int, default=100, help="metrics.jsonl line every N updates (default 100)")
     p.add_argument(
@@ -898,7 +952,7 @@ def sentencepiece_and_source(
         paths = shard_paths(args.train_shards)
         if state is None and args.sp_model is None:
             raise InputError("--train-shards needs --sp-model: the sentencepiece model the shards were encoded with")
-        sp = state["sp_model"] if state is not None else args.sp_model.read_bytes()
+        sp = state["sp_model"] if state is not None else read_sp_model(args.sp_model)
         source = ShardSet(paths, sp)
         if args.lowercase is not None and args.lowercase != source.lowercase:
             raise InputError(f"{paths[0]}: the shards were encoded with lowercase={source.lowercase}")
@@ -908,7 +962,7 @@ def sentencepiece_and_source(
         tokenizer = Tokenizer(state["sp_model"], state["lowercase"])
     elif args.sp_model is not None:
         open_input(args.sp_model)
-        tokenizer = Tokenizer(args.sp_model.read_bytes(), lowercase)
+        tokenizer = Tokenizer(read_sp_model(args.sp_model), lowercase)
     else:
         open_input(args.train_file)
         tqdm.write(f"training a sentencepiece model ({args.vocab_size} pieces) on {args.train_file}")
@@ -964,6 +1018,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.output_dir
     check_inputs(args)
     out.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUTS:
+        remove_stale_temps(out / name)  # left by a killed run
     state = load_resume_state(out) if args.resume else None
     if state is None and (out / "resume.pt").exists():
         raise InputError(f"{out}: already holds a training run; pass --resume to continue it or use another directory")
@@ -984,7 +1040,11 @@ def main(argv: list[str] | None = None) -> int:
         f"training {len(source)} pairs: dim {args.dim}, {len(tokenizer)} pieces, batch {args.batch_size}, "
         f"M up to {args.megabatch_size}, {trainer.total_steps} updates, {args.optimizer}, {device}"
     )
-    return trainer.train()
+    try:
+        return trainer.train()
+    except NonFiniteLoss as e:
+        print(f"error: {e}", file=sys.stderr)
+        return NAN_EXIT
 
 
 if __name__ == "__main__":

@@ -1,0 +1,144 @@
+"""Bounded fuzzing (hypothesis) of everything that reads untrusted bytes: the text reader, the pair splitter,
+the checkpoint loader and the sentencepiece loader. Each accepts the bytes or refuses them with its own
+error type (InputError, ModelError): no other exception, and never code execution."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import models
+from fileio import InputError, count_lines, iter_line_chunks, split_pair
+
+FUZZ = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+PIECES = [b"\n", b"\r\n", b"\r", b"\t", b"\x00", b"\xff", b"\xc3", b"\xe2\x82", "é".encode(), "\u2028".encode(), b"a "]
+messy_bytes = st.lists(st.sampled_from(PIECES) | st.binary(max_size=6), max_size=60).map(b"".join)
+
+
+def is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def test_text_reader_on_arbitrary_bytes(tmp_path):
+    """One line per LF (a CR before it dropped), invalid UTF-8 replaced and counted, or under --strict
+    an InputError naming the first bad line; the line count agrees with count_lines."""
+    path = tmp_path / "fuzz.txt"
+
+    @FUZZ
+    @given(messy_bytes, st.integers(1, 7), st.booleans())
+    def check(data, chunk_lines, strict):
+        path.write_bytes(data)
+        raw = data.split(b"\n")
+        if raw[-1] == b"":
+            raw.pop()
+        bad = [i + 1 for i, line in enumerate(raw) if not is_utf8(line)]
+        stats: dict = {}
+        try:
+            got = [line for chunk in iter_line_chunks(path, chunk_lines, strict, stats) for line in chunk]
+        except InputError as e:
+            assert strict and bad and str(e).startswith(f"{path}:{bad[0]}: invalid UTF-8"), str(e)
+            return
+        assert not (strict and bad)
+        assert got == [line.decode("utf-8", "replace").removesuffix("\r") for line in raw]
+        assert stats["invalid_utf8_lines"] == len(bad) and count_lines(path) == len(got)
+
+    check()
+
+
+@FUZZ
+@given(st.text(st.characters() | st.just("\t")))
+def test_pair_splitter_on_arbitrary_lines(line):
+    tabs = line.count("\t")
+    try:
+        first, second = split_pair(line, "pairs.tsv", 7)
+    except InputError as e:
+        assert tabs != 1 and str(e).startswith(f"pairs.tsv:7: expected sentence1<TAB>sentence2, found {tabs} tabs")
+    else:
+        assert tabs == 1 and f"{first}\t{second}" == line
+
+
+def mutate(data: bytes, edits: list[tuple[int, bytes]], cut: int | None) -> bytes:
+    """Overwrite bytes at the given positions (XOR for single bytes), then truncate at `cut`."""
+    out = bytearray(data)
+    for pos, blob in edits:
+        pos %= max(len(out), 1)
+        if len(blob) == 1:
+            out[pos] ^= blob[0] or 0xFF
+        else:
+            out[pos : pos + len(blob)] = blob
+    return bytes(out[:cut])
+
+
+def edits_for(size: int):
+    """Edits biased to the ends of the file: the pickle's structure and the zip directory live there."""
+    where = st.integers(0, 2047) | st.integers(max(size - 2048, 0), size - 1) | st.integers(0, size - 1)
+    return st.lists(st.tuples(where, st.binary(min_size=1, max_size=16)), max_size=6)
+
+
+class Payload:
+    """Pickles to a call of os.system, which must never run, however the file around it is damaged."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("kind", ["native", "legacy", "payload"])
+def test_checkpoint_loader_on_damaged_bytes(kind, sp_bytes, tmp_path):
+    """A damaged checkpoint loads into a working model or raises ModelError, nothing else."""
+    tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
+    table = torch.randn(len(tokenizer), 4, generator=torch.Generator().manual_seed(0))
+    base, sp_file, marker = tmp_path / "base.pt", tmp_path / "sp.model", tmp_path / "pwned"
+    sp_file.write_bytes(sp_bytes)
+    if kind == "legacy":
+        vocab = {tokenizer.sp.id_to_piece(i): i for i in range(len(tokenizer))} | {models.LEGACY_UNK: 0}
+        torch.save({"state_dict": {"embedding.weight": table}, "vocab": vocab, "args": {"lower_case": True}}, base)
+    else:
+        models.SPModel(tokenizer, table).save(base)
+        if kind == "payload":
+            torch.save(torch.load(base, weights_only=True) | {"x": Payload(marker)}, base)
+    data = base.read_bytes()
+    path = tmp_path / "damaged.pt"
+
+    @FUZZ
+    @given(edits_for(len(data)), st.none() | st.integers(0, len(data)))
+    def check(edits, cut):
+        path.write_bytes(mutate(data, edits, cut))
+        try:
+            model = models.load_model(path, sp_model=sp_file)
+        except models.ModelError as e:
+            assert str(e).startswith(f"{path}: ") and "\n" not in str(e)
+            return
+        assert kind != "payload", "a checkpoint carrying a payload must never load"
+        assert model.embed_raw_text(["a man is riding", ""]).shape == (2, 4)
+
+    check()
+    assert not marker.exists(), "a pickled payload must never run"
+
+
+def test_sentencepiece_loader_on_damaged_bytes(sp_bytes, tmp_path):
+    path = tmp_path / "damaged.model"
+
+    @FUZZ
+    @given(edits_for(len(sp_bytes)), st.none() | st.integers(0, len(sp_bytes)))
+    def check(edits, cut):
+        path.write_bytes(mutate(sp_bytes, edits, cut))
+        try:
+            tokenizer = models.Tokenizer(models.read_sp_model(path), lowercase=True)
+        except models.ModelError as e:
+            assert str(e).startswith(f"{path}: not a valid sentencepiece model") and "\n" not in str(e)
+            return
+        ids = tokenizer.encode(["a man is riding a bicycle", ""])
+        assert all(0 <= i < len(tokenizer) for i in np.concatenate([np.array(x, dtype=int) for x in ids]))
+
+    check()

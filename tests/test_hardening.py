@@ -1,0 +1,601 @@
+"""Faults, bad input and untrusted files (issue 10): killed runs, a full disk, NaN losses, damaged
+checkpoints, shards and sentencepiece models, messy text, and property-based invariants of the encoder.
+
+Every failure must be one `error: FILE[:LINE]: what is wrong (what to do)` line with exit status 2 (3 for
+a NaN stop), no traceback, and no output that looks complete but is not."""
+
+import os
+import random
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, generated_sentences
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import embed_sentences
+import fileio
+import models
+import score_sentence_pairs
+import shards
+import train
+
+PROPERTY = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def run_script(
+    script: str, *args, env: dict | None = None, file_limit: int | None = None
+) -> subprocess.CompletedProcess:
+    """Run one of the scripts in a fresh interpreter; `file_limit` caps the size of any file it writes."""
+    preexec = None
+    if file_limit is not None:
+
+        def preexec():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
+
+    environ = {k: v for k, v in os.environ.items() if k not in (train.KILL_ENV, train.NAN_ENV)} | (env or {})
+    cmd = [sys.executable, str(ROOT / script), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=environ, preexec_fn=preexec)
+
+
+def run_main(module, capsys, *args) -> subprocess.CompletedProcess:
+    """A script's main run in this process (faster than a fresh interpreter), as a CompletedProcess."""
+    status = module.main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, status, captured.out, captured.err)
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess, *fragments: str, status: int = 2) -> str:
+    """The run failed with `status`, no traceback, and its last stderr line is `error: ...` naming `fragments`."""
+    assert done.returncode == status, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and [x for x in done.stderr.splitlines() if "error" in x] == [line], done.stderr
+    for fragment in fragments:
+        assert fragment in line, line
+    return line
+
+
+def temps(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob(".*.tmp"))
+
+
+@pytest.fixture
+def sp_file(sp_bytes, tmp_path) -> Path:
+    path = tmp_path / "sp.model"
+    path.write_bytes(sp_bytes)
+    return path
+
+
+@pytest.fixture
+def pairs_file(tmp_path) -> Path:
+    path = tmp_path / "pairs.tsv"
+    src, tgt = generated_sentences(300, seed=3), generated_sentences(300, seed=4)
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in zip(src, tgt, strict=True)))
+    return path
+
+
+def train_args(pairs_file: Path, sp_file: Path, out: Path, *extra) -> list[str]:
+    return [
+        "--train-file", str(pairs_file), "--sp-model", str(sp_file), "--output-dir", str(out), "--dim", "16",
+        "--batch-size", "8", "--megabatch-size", "3", "--megabatch-anneal", "2", "--threads", "1",
+        "--log-every", "5", "--dropout", "0.1", *map(str, extra),
+    ]  # fmt: skip
+
+
+def weights(path: Path) -> torch.Tensor:
+    return models.load_model(path).embedding.weight.detach()
+
+
+# ----------------------------------------------------------------------------- killed runs
+
+
+def assert_checkpoints_complete(out: Path) -> None:
+    """Whatever a kill left behind loads completely: no checkpoint on disk is ever partial."""
+    if (out / "model.pt").exists():
+        assert torch.isfinite(weights(out / "model.pt")).all()
+    if (out / "resume.pt").exists():
+        assert train.load_resume_state(out)["position"]["step"] >= 1
+
+
+def identity(path: Path) -> tuple[int, int] | None:
+    """(inode, mtime) of a file, which an atomic rename changes; None when absent."""
+    return (path.stat().st_ino, path.stat().st_mtime_ns) if path.exists() else None
+
+
+def test_training_killed_at_random_points_resumes_to_the_same_weights(sp_file, pairs_file, tmp_path):
+    """SIGKILL at random moments (saving every other step, so kills often land mid-save), then resume."""
+    common = ["--max-steps", "60", "--save-every", "2"]
+    assert train.main(train_args(pairs_file, sp_file, tmp_path / "straight", *common)) == 0
+    seed = random.randrange(10**6)
+    rng = random.Random(seed)
+    out = tmp_path / "killed"
+    kills = 0
+    for trial in range(4):
+        args = train_args(pairs_file, sp_file, out, *common, *(["--resume"] if (out / "resume.pt").exists() else []))
+        if trial == 3:  # the last run goes to the end
+            done = run_script("train.py", *args)
+            assert done.returncode == 0, done.stderr
+            break
+        cmd = [sys.executable, str(ROOT / "train.py"), *args]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        saved, deadline = identity(out / "resume.pt"), time.monotonic() + 60
+        while identity(out / "resume.pt") == saved and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # until this run has saved once: it is training
+        time.sleep(rng.uniform(0.0, 0.4))
+        proc.send_signal(signal.SIGKILL)
+        kills += proc.wait() == -signal.SIGKILL
+        assert_checkpoints_complete(out)
+    assert kills >= 1, f"no run was killed mid-way (seed {seed})"
+    assert temps(out) == [], "the run after a kill removes the temporary files the kill left"
+    assert torch.equal(weights(tmp_path / "straight" / "model.pt"), weights(out / "model.pt")), f"seed {seed}"
+
+
+def test_stale_temporary_files_are_removed_on_the_next_run(sp_file, pairs_file, tiny_model_file, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    stale = [out / ".resume.pt.x1y2.tmp", out / ".model.pt.abc.tmp", out / f".{train.SP_INPUT}.q.tmp"]
+    other = out / ".notes.txt.keep.tmp"  # not one of the run's outputs: left alone
+    for path in [*stale, other]:
+        path.write_bytes(b"partial")
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "2")) == 0
+    assert temps(out) == [other.name]
+    (tmp_path / "in.txt").write_text("a line\n")
+    (tmp_path / ".out.npy.k3.tmp").write_bytes(b"partial")
+    args = [
+        "--sentence-file",
+        tmp_path / "in.txt",
+        "--load-file",
+        tiny_model_file,
+        "--output-file",
+        tmp_path / "out.npy",
+    ]
+    assert embed_sentences.main([*map(str, args), "--quiet"]) == 0
+    assert not (tmp_path / ".out.npy.k3.tmp").exists()
+
+
+def test_atomic_output_fsyncs_before_the_rename(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append("fsync"))
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: calls.append("replace") or real_replace(a, b))
+    with fileio.atomic_output(tmp_path / "f.bin") as f:
+        f.write(b"data")
+    assert calls[:2] == ["fsync", "replace"] and calls[2:] == ["fsync"]  # the file, the rename, the directory
+    with pytest.raises(RuntimeError), fileio.atomic_output(tmp_path / "f.bin") as f:
+        f.write(b"half")
+        raise RuntimeError("killed")
+    assert (tmp_path / "f.bin").read_bytes() == b"data" and temps(tmp_path) == []
+
+
+@pytest.mark.parametrize("script", ["embed_sentences.py", "score_sentence_pairs.py"])
+def test_killed_embedding_or_scoring_leaves_no_plausible_output(script, tiny_model_file, tmp_path):
+    sentences = generated_sentences(1000, seed=5) * 100
+    embed = script == "embed_sentences.py"
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"{s}\n" if embed else f"{s}\t{s[::-1]}\n" for s in sentences))
+    out = tmp_path / ("out.npy" if embed else "out.tsv")
+    args = ["--sentence-file" if embed else "--sentence-pair-file", src, "--load-file", tiny_model_file]
+    args += ["--output-file", out, "--quiet", "--chunk-lines", "5000", "--batch-size", "1000"]
+    proc = subprocess.Popen([sys.executable, str(ROOT / script), *map(str, args)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not temps(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    time.sleep(random.uniform(0.0, 0.3))
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the run ended before it could be killed"
+    assert not out.exists(), "a killed run leaves no output file"
+    assert len(temps(tmp_path)) == 1
+    done = run_script(script, *args)
+    assert done.returncode == 0, done.stderr
+    assert temps(tmp_path) == []
+    rows = np.load(out).shape[0] if embed else out.read_bytes().count(b"\n")
+    assert rows == len(sentences)
+
+
+# ----------------------------------------------------------------------------- full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs mounted in the test folder (root can mount one), or None where mounting is refused."""
+    folder = tmp_path / "tmpfs"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        yield None
+        return
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def run_with_little_room(disk: Path | None, room: int, script: str, *args) -> subprocess.CompletedProcess:
+    """Run `script` with about `room` bytes left to write: the tmpfs filled up to that, or, without a tmpfs,
+    a file size limit (EFBIG instead of ENOSPC, through the same code path)."""
+    if disk is None:
+        return run_script(script, *args, file_limit=room)
+    stats = os.statvfs(disk)
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        f.write(b"\0" * max(stats.f_bavail * stats.f_frsize - room, 0))
+    try:
+        return run_script(script, *args)
+    finally:
+        filler.unlink()
+
+
+def where(disk: Path | None, tmp_path: Path) -> Path:
+    return disk if disk is not None else tmp_path / "out"
+
+
+FULL = ("no space left on device", "file too large")
+
+
+def assert_full_disk_error(done: subprocess.CompletedProcess, path: Path) -> None:
+    line = assert_one_line_error(done, f"{path}: ")
+    assert any(reason in line for reason in FULL) and "free some space" in line, line
+
+
+@pytest.mark.parametrize("script", ["embed_sentences.py", "score_sentence_pairs.py"])
+def test_full_disk_is_a_clear_error_and_keeps_the_previous_output(
+    script, small_disk, tiny_model_file, tmp_path, capsys
+):
+    folder = where(small_disk, tmp_path)
+    folder.mkdir(exist_ok=True)
+    embed = script == "embed_sentences.py"
+    out = folder / ("out.npy" if embed else "out.tsv")
+    small, big = tmp_path / "small.txt", tmp_path / "big.txt"
+    small.write_text("a man\ta woman\n" if not embed else "a man\n")
+    big.write_text("".join(f"{s}\t{s}\n" if not embed else f"{s}\n" for s in generated_sentences(20_000, seed=1)))
+    flag = "--sentence-file" if embed else "--sentence-pair-file"
+    base = ["--load-file", tiny_model_file, "--output-file", out, "--quiet"]
+    module = embed_sentences if embed else score_sentence_pairs
+    assert run_main(module, capsys, flag, small, *base).returncode == 0
+    before = out.read_bytes()
+    done = run_with_little_room(small_disk, 64 * 1024, script, flag, big, *base)
+    assert_full_disk_error(done, out)
+    assert out.read_bytes() == before and temps(folder) == []
+
+
+def test_full_disk_while_embedding_is_not_a_crash_under_a_file_size_limit(tiny_model_file, tmp_path):
+    """The memory-mapped .npy is allocated up front: no SIGBUS when the file system cannot hold it."""
+    (tmp_path / "in.txt").write_text("\n".join(generated_sentences(5000, seed=2)) + "\n")
+    out = tmp_path / "out.npy"
+    args = ["--sentence-file", tmp_path / "in.txt", "--load-file", tiny_model_file, "--output-file", out, "--quiet"]
+    assert_full_disk_error(run_script("embed_sentences.py", *args, file_limit=100_000), out)
+    assert not out.exists() and temps(tmp_path) == []
+
+
+def test_full_disk_during_training_keeps_the_last_checkpoint(small_disk, sp_file, pairs_file, tmp_path):
+    out = where(small_disk, tmp_path) / "run"
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "4")) == 0
+    before = {name: (out / name).read_bytes() for name in ("resume.pt", "model.pt")}
+    args = train_args(pairs_file, sp_file, out, "--max-steps", "8", "--resume")
+    done = run_with_little_room(small_disk, 100_000, "train.py", *args)
+    assert_full_disk_error(done, out / "resume.pt")
+    assert {name: (out / name).read_bytes() for name in before} == before and temps(out) == []
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "8", "--resume")) == 0  # room again
+
+
+# ----------------------------------------------------------------------------- NaN / inf
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(sp_file, pairs_file, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    monkeypatch.setenv(train.NAN_ENV, "7")
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "20", "--save-every", "4")) == train.NAN_EXIT
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"error: {out / 'resume.pt'}: kept as the last good checkpoint") and "update 7" in line
+    assert "the loss is nan" in line and "--on-nan skip" in line
+    assert train.load_resume_state(out)["position"]["step"] == 4
+    assert torch.isfinite(weights(out / "model.pt")).all()
+    assert temps(out) == []
+    args = train_args(
+        pairs_file, sp_file, out, "--max-steps", "20", "--save-every", "4", "--resume", "--on-nan", "skip"
+    )
+    assert train.main(args) == 0
+    assert "update 7: the loss is nan; batch skipped" in capsys.readouterr().err
+    state = train.load_resume_state(out)
+    assert state["position"]["step"] == 20 and state["skipped"] == 1
+    assert torch.isfinite(state["embedding"]).all()
+
+
+def test_nan_skip_counts_skipped_batches_and_leaves_the_table_alone(sp_file, pairs_file, tmp_path, monkeypatch):
+    monkeypatch.setenv(train.NAN_ENV, "1,2,3")  # every update skipped: the table must not move
+    out = tmp_path / "run"
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "3", "--on-nan", "skip")) == 0
+    tokenizer = models.Tokenizer(sp_file.read_bytes(), lowercase=True)
+    start = train.initial_model(tokenizer, train.parse_args(train_args(pairs_file, sp_file, out)))
+    assert torch.equal(weights(out / "model.pt"), start.embedding.weight.detach())
+    last = [line for line in (out / "metrics.jsonl").read_text().splitlines() if '"train"' in line][-1]
+    assert '"skipped": 3' in last
+
+
+def test_a_non_finite_table_is_never_saved(sp_file, pairs_file, tmp_path, monkeypatch, capsys):
+    """A table gone non-finite despite finite gradients (here: forced) stops the run at the next save."""
+    step = train.LazyAdam.step
+
+    def breaking_step(self, rows, grad):
+        step(self, rows, grad)
+        if self.steps == 8:  # right before the save at update 8
+            self.table[rows[0]] = float("inf")
+
+    monkeypatch.setattr(train.LazyAdam, "step", breaking_step)
+    out = tmp_path / "run"
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "12", "--save-every", "4")) == train.NAN_EXIT
+    assert "the embedding table is not finite at update 8" in capsys.readouterr().err
+    assert train.load_resume_state(out)["position"]["step"] == 4 and torch.isfinite(weights(out / "model.pt")).all()
+
+
+def test_nan_stop_from_the_command_line_is_one_line_with_status_3(sp_file, pairs_file, tmp_path):
+    done = run_script(
+        "train.py", *train_args(pairs_file, sp_file, tmp_path / "r", "--max-steps", "9"), env={train.NAN_ENV: "2"}
+    )
+    assert_one_line_error(done, "nothing saved yet", "update 2", status=train.NAN_EXIT)
+    assert not (tmp_path / "r" / "model.pt").exists()
+
+
+# ----------------------------------------------------------------------------- damaged files
+
+
+def damaged_copies(data: bytes, folder: Path) -> dict[str, Path]:
+    """Empty, truncated (several points), garbage and bit-flipped copies of a file."""
+    rng = np.random.default_rng(0)
+    flipped = bytearray(data)
+    for i in rng.integers(0, len(data), 40):
+        flipped[i] ^= 0xFF
+    copies = {
+        "empty": b"",
+        "first byte": data[:1],
+        "truncated 10%": data[: len(data) // 10],
+        "truncated 50%": data[: len(data) // 2],
+        "last byte missing": data[:-1],
+        "garbage": rng.integers(0, 256, len(data), dtype=np.uint8).tobytes(),
+        "text": b"not a model at all\n",
+        "bit flips": bytes(flipped),
+    }
+    paths = {}
+    for name, blob in copies.items():
+        paths[name] = folder / f"{name.replace(' ', '_').replace('%', '')}.bin"
+        paths[name].write_bytes(blob)
+    return paths
+
+
+def test_damaged_checkpoints_are_one_line_errors_naming_the_file(tiny_model_file, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("hello\n")
+    for name, path in damaged_copies(tiny_model_file.read_bytes(), tmp_path).items():
+        args = ["--sentence-file", tmp_path / "in.txt", "--load-file", path, "--output-file", tmp_path / "o.npy"]
+        status = embed_sentences.main([*map(str, args), "--quiet"])
+        err = capsys.readouterr().err
+        if name == "bit flips" and status == 0:
+            continue  # flips that only hit tensor values leave a loadable model
+        assert status == 2 and err.count("\n") == 1 and err.startswith(f"error: {path}: "), (name, err)
+        assert not (tmp_path / "o.npy").exists()
+    done = run_script("score_sentence_pairs.py", "--sentence-pair-file", tmp_path / "in.txt", "--load-file",
+                      tmp_path / "truncated_50.bin")  # fmt: skip
+    assert_one_line_error(done, "truncated_50.bin: not a readable model file, truncated or corrupt")
+
+
+def test_structurally_wrong_checkpoints_are_refused(tiny_model, tmp_path):
+    good = torch.load(_saved(tiny_model, tmp_path), weights_only=True)
+    cases = {
+        "no table": {k: v for k, v in good.items() if k != "embedding"},
+        "1-d table": good | {"embedding": torch.zeros(5)},
+        "int table": good | {"embedding": good["embedding"].long()},
+        "NaN table": good | {"embedding": torch.full_like(good["embedding"], float("nan"))},
+        "rows mismatch": good | {"embedding": good["embedding"][:-1]},
+        "no config": {k: v for k, v in good.items() if k != "config"},
+        "config not a dict": good | {"config": [1, 2]},
+        "sp model not bytes": good | {"sp_model": "text"},
+        "sp model garbage": good | {"sp_model": b"\x08\x01garbage"},
+        "piece rows out of range": good | {"piece_rows": torch.full((len(tiny_model.tokenizer),), 10**6), "unk_row": 0},
+        "unk row out of range": good | {"piece_rows": torch.zeros(len(tiny_model.tokenizer), dtype=torch.long), "unk_row": -5},
+        "legacy without embedding": {"state_dict": {}, "vocab": {models.LEGACY_UNK: 0}},
+    }  # fmt: skip
+    sp = tmp_path / "sp.model"
+    sp.write_bytes(good["sp_model"])
+    for name, state in cases.items():
+        path = tmp_path / "case.pt"
+        torch.save(state, path)
+        with pytest.raises(models.ModelError, match=f"^{re.escape(str(path))}: ") as info:
+            models.load_model(path, sp_model=sp)
+        assert "\n" not in str(info.value), name
+
+
+def _saved(model: models.SPModel, folder: Path) -> Path:
+    model.save(folder / "good.pt")
+    return folder / "good.pt"
+
+
+class Payload:
+    """Pickles to a call of os.system: what a malicious checkpoint would carry."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_pickle_payloads_never_run_from_any_entry_point(tiny_model, sp_file, pairs_file, tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pt"
+    torch.save(torch.load(_saved(tiny_model, tmp_path), weights_only=True) | {"x": Payload(marker)}, evil)
+    (tmp_path / "in.txt").write_text("hello\n")
+    done = run_main(embed_sentences, capsys, "--sentence-file", tmp_path / "in.txt", "--load-file", evil,
+                    "--output-file", tmp_path / "o.npy")  # fmt: skip
+    assert_one_line_error(done, f"{evil}: refused to load")
+    done = run_main(train, capsys, "--train-file", pairs_file, "--output-dir", tmp_path / "r", "--init-from", evil)
+    assert_one_line_error(done, f"{evil}: refused to load")
+    run = tmp_path / "resumed"
+    assert train.main(train_args(pairs_file, sp_file, run, "--max-steps", "2")) == 0
+    torch.save(torch.load(run / "resume.pt", weights_only=True) | {"x": Payload(marker)}, run / "resume.pt")
+    done = run_main(train, capsys, *train_args(pairs_file, sp_file, run, "--max-steps", "4", "--resume"))
+    assert_one_line_error(done, f"{run / 'resume.pt'}: not a readable training state")
+    assert not marker.exists(), "a pickled payload must never run"
+
+
+def test_damaged_sentencepiece_models_name_the_file(sp_bytes, pairs_file, tmp_path, capsys):
+    for name, path in damaged_copies(sp_bytes, tmp_path).items():
+        if name == "bit flips":
+            continue  # may still parse
+        with pytest.raises(models.ModelError, match=f"^{re.escape(str(path))}: ") as info:
+            models.read_sp_model(path)
+        assert "\n" not in str(info.value)
+        args = ["--train-file", pairs_file, "--sp-model", path, "--output-dir", tmp_path / "run"]
+        assert train.main([*map(str, args), "--max-steps", "1"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {path}: not a valid sentencepiece model") and err.count("\n") == 1, err
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"state_dict": {"embedding.weight": torch.zeros(3, 2)}, "vocab": {models.LEGACY_UNK: 0}}, legacy)
+    with pytest.raises(models.ModelError, match=f"^{re.escape(str(tmp_path))}/garbage.bin: not a valid sentencepiece"):
+        models.load_model(legacy, sp_model=tmp_path / "garbage.bin")
+
+
+@pytest.fixture
+def shard_file(sp_bytes, pairs_file, tmp_path) -> Path:
+    source = train.tokenize_pairs(pairs_file, models.Tokenizer(sp_bytes, True), skip_bad=False, threads=1)
+    path = tmp_path / "good.h5"
+    shards.write_shard(path, *source.read(0, len(source)), sp_bytes, lowercase=True)
+    return path
+
+
+def test_damaged_shards_are_one_line_errors_naming_the_file(shard_file, sp_bytes, sp_file, tmp_path, capsys):
+    paths = damaged_copies(shard_file.read_bytes(), tmp_path)
+    for name in ("ids", "offsets", "attributes", "group"):
+        path = paths[name] = tmp_path / f"{name}.h5"
+        path.write_bytes(shard_file.read_bytes())
+        with h5py.File(path, "r+") as f:
+            if name == "ids":
+                f["src_ids"][3] = 10**6  # an id beyond the vocabulary
+            elif name == "offsets":
+                f["tgt_offsets"][-1] = 5  # no longer spans the ids
+            elif name == "attributes":
+                del f.attrs["num_pairs"]
+            else:
+                del f["src_ids"]
+                f.create_group("src_ids")
+    for name, path in paths.items():
+        args = ["--train-shards", path, "--sp-model", sp_file, "--output-dir", tmp_path / "run", "--dim", "8"]
+        status = train.main([*map(str, args), "--max-steps", "2", "--batch-size", "8", "--megabatch-size", "2"])
+        err = capsys.readouterr().err
+        if name == "bit flips" and status == 0:
+            continue
+        line = err.strip().splitlines()[-1]
+        assert status == 2 and "Traceback" not in err and line.startswith(f"error: {path}: "), (name, err)
+        assert not (tmp_path / "run" / "resume.pt").exists()
+
+
+# ----------------------------------------------------------------------------- messy text
+
+TEXT_CASES = {
+    "empty file": (b"", []),
+    "empty lines": (b"\n\n\n", ["", "", ""]),
+    "1 MB line": (b"x" * 2**20 + b"\nshort\n", ["x" * 2**20, "short"]),
+    "NUL bytes": (b"a\x00b\n\x00\n", ["a\x00b", "\x00"]),
+    "invalid UTF-8": (b"ok\n\xff\xfe bad\n\xc3\n", ["ok", "\ufffd\ufffd bad", "\ufffd"]),
+    "CRLF": (b"one\r\ntwo\r\n\r\n", ["one", "two", ""]),
+    "no final newline": (b"one\ntwo", ["one", "two"]),
+    "lone CR": (b"a\rb\n", ["a\rb"]),
+    "Unicode line breaks": ("a\u2028b\x85c\x0bd\n".encode(), ["a\u2028b\x85c\x0bd"]),
+}
+
+
+@pytest.mark.parametrize("case", TEXT_CASES)
+def test_embed_keeps_one_row_per_line(case, tiny_model_file, tmp_path, capsys):
+    raw, lines = TEXT_CASES[case]
+    (tmp_path / "in.txt").write_bytes(raw)
+    args = ["--sentence-file", tmp_path / "in.txt", "--load-file", tiny_model_file, "--output-file", tmp_path / "o.npy"]
+    assert embed_sentences.main([*map(str, args), "--quiet"]) == 0
+    got = np.load(tmp_path / "o.npy")
+    assert got.shape == (len(lines), 16)
+    np.testing.assert_array_equal(got, models.load_model(tiny_model_file).embed_raw_text(lines).reshape(-1, 16))
+    bad = sum("\ufffd" in line for line in lines)
+    assert (f"warning: {bad} lines had invalid UTF-8" in capsys.readouterr().err) == (bad > 0)
+
+
+@pytest.mark.parametrize("case", TEXT_CASES)
+def test_score_keeps_one_row_per_pair_line(case, tiny_model_file, tmp_path):
+    raw, lines = TEXT_CASES[case]
+    paired = re.sub(rb"(\r?\n)", rb"\tsame\1", raw) + (b"\tsame" if raw and not raw.endswith(b"\n") else b"")
+    (tmp_path / "p.txt").write_bytes(paired)
+    args = ["--sentence-pair-file", tmp_path / "p.txt", "--load-file", tiny_model_file, "--output-file", tmp_path / "o"]
+    assert score_sentence_pairs.main([*map(str, args), "--quiet"]) == 0
+    rows = (tmp_path / "o").read_bytes().decode("utf-8").split("\n")
+    assert rows.pop() == "" and [row.rsplit("\t", 1)[0] for row in rows] == [f"{line}\tsame" for line in lines]
+
+
+def test_pair_files_with_empty_lines_and_strict_utf8(tiny_model_file, tmp_path, capsys):
+    (tmp_path / "p.txt").write_bytes(b"a\tb\r\n\r\nc\t\xffd\n")
+    base = ["--sentence-pair-file", tmp_path / "p.txt", "--load-file", tiny_model_file, "--output-file", tmp_path / "o"]
+    done = run_main(score_sentence_pairs, capsys, *base, "--quiet")
+    assert_one_line_error(done, "p.txt:2: expected sentence1<TAB>")
+    done = run_main(score_sentence_pairs, capsys, *base, "--quiet", "--skip-bad-lines", "--strict")
+    assert_one_line_error(done, "p.txt:3: invalid UTF-8")
+    done = run_main(score_sentence_pairs, capsys, *base, "--quiet", "--skip-bad-lines")
+    assert done.returncode == 0 and "warning: 1 lines had invalid UTF-8" in done.stderr
+    assert [r.split("\t")[:2] for r in (tmp_path / "o").read_text().splitlines()] == [["a", "b"], ["c", "\ufffdd"]]
+
+
+# ----------------------------------------------------------------------------- properties
+
+texts = st.lists(st.text(max_size=40), max_size=30)
+
+
+def test_embeddings_do_not_depend_on_batch_size_order_or_device(tiny_model):
+    """Device: only the CPU here; "auto" resolves to CUDA where present, so this compares the two there."""
+    other = models.SPModel(tiny_model.tokenizer, tiny_model.embedding.weight.detach().clone())
+    other = other.to(models.resolve_device("auto"))
+
+    @PROPERTY
+    @given(texts, st.integers(1, 40), st.randoms(use_true_random=False))
+    def check(batch, batch_size, rnd):
+        full = tiny_model.embed_raw_text(batch)
+        np.testing.assert_array_equal(tiny_model.embed_raw_text(batch, batch_size=batch_size), full)
+        order = list(range(len(batch)))
+        rnd.shuffle(order)
+        np.testing.assert_array_equal(tiny_model.embed_raw_text([batch[i] for i in order]).reshape(-1, 16), full[order])
+        np.testing.assert_allclose(other.embed_raw_text(batch), full, rtol=1e-5, atol=1e-6)
+
+    check()
+
+
+def test_scores_are_symmetric_and_in_range(tiny_model):
+    @PROPERTY
+    @given(st.lists(st.tuples(st.text(max_size=30), st.text(max_size=30)), max_size=20))
+    def check(pairs):
+        scores = tiny_model.score_raw_text(pairs)
+        assert scores == tiny_model.score_raw_text([(b, a) for a, b in pairs])
+        assert all(-1.0 <= s <= 1.0 for s in scores)
+
+    check()
+
+
+def test_save_load_is_exact(sp_bytes, tmp_path):
+    tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
+
+    @PROPERTY
+    @given(st.integers(1, 24), st.integers(0, 2**32 - 1), st.booleans(), st.booleans())
+    def check(dim, seed, lowercase, half):
+        table = torch.randn(len(tokenizer), dim, generator=torch.Generator().manual_seed(seed)) * 10
+        model = models.SPModel(models.Tokenizer(sp_bytes, lowercase), table)
+        model.save(tmp_path / "m.pt", half=half)
+        loaded = models.load_model(tmp_path / "m.pt")
+        expect = table.half().float() if half else table
+        assert torch.equal(loaded.embedding.weight.detach(), expect) and loaded.tokenizer.lowercase == lowercase
+        assert loaded.tokenizer.sp_model == tokenizer.sp_model and loaded.dim == dim
+
+    check()

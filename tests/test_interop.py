@@ -1,0 +1,191 @@
+"""Export to sentence-transformers / model2vec folders and import back (needs `pip install .[interop]`)."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # every load below is from a local folder; never reach the network
+
+import numpy as np
+import pytest
+import torch
+
+sentence_transformers = pytest.importorskip("sentence_transformers")
+model2vec = pytest.importorskip("model2vec")
+
+from conftest import ROOT, generated_sentences, shared_data_or_skip  # noqa: E402
+
+import interop  # noqa: E402
+import models  # noqa: E402
+import train  # noqa: E402
+
+LANGS = ("deu", "fra", "rus", "cmn", "ara")  # 100 English and 100 foreign Tatoeba lines each: 1,000 sentences
+
+
+@pytest.fixture(scope="module")
+def real_sentences() -> list[str]:
+    tatoeba = shared_data_or_skip() / "tatoeba"
+    out = []
+    for lang in LANGS:
+        for side in ("eng", lang):
+            out += (tatoeba / f"{lang}-eng.{side}").read_text(encoding="utf-8").splitlines()[:100]
+    assert len(out) == 1000 and all(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained_model(tmp_path_factory) -> models.SPModel:
+    """A few margin-loss steps on real caption pairs, with a lowercasing sentencepiece model trained on them."""
+    out = tmp_path_factory.mktemp("trained")
+    source = shared_data_or_skip() / "train" / "en_paraphrase" / "multi30k_task2_en_captions.pairs.tsv.gz"
+    with gzip.open(source, "rt", encoding="utf-8") as f:
+        (out / "pairs.tsv").write_text("".join(itertools.islice(f, 3000)), encoding="utf-8")
+    args = [
+        "--train-file",
+        out / "pairs.tsv",
+        "--output-dir",
+        out,
+        "--vocab-size",
+        "1000",
+        "--dim",
+        "32",
+        "--threads",
+        "1",
+    ]
+    assert train.main([*map(str, args), "--max-steps", "5", "--megabatch-size", "1", "--log-every", "5"]) == 0
+    return models.load_model(out / "model.pt")
+
+
+@pytest.fixture(scope="module")
+def cased_model(tmp_path_factory, real_sentences) -> models.SPModel:
+    """Lowercasing off, a sentencepiece model over the six languages (so few characters are unknown)."""
+    text = tmp_path_factory.mktemp("cased") / "text.txt"
+    text.write_text("\n".join(real_sentences) + "\n", encoding="utf-8")
+    tokenizer = models.Tokenizer(models.train_sentencepiece(text, vocab_size=2000, num_threads=1), lowercase=False)
+    return models.SPModel(tokenizer, torch.randn(len(tokenizer), 24, generator=torch.Generator().manual_seed(0)))
+
+
+def library_vectors(folder) -> tuple:
+    """The vectors sentence-transformers and model2vec compute for texts, from the exported folder."""
+    st = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+    m2v = model2vec.StaticModel.from_pretrained(str(folder))
+    return (
+        lambda texts: st.encode(texts, batch_size=4096, convert_to_numpy=True),
+        lambda texts: m2v.encode(texts, use_multiprocessing=False),
+    )
+
+
+def assert_libraries_match(model: models.SPModel, folder, texts: list[str]) -> None:
+    """Same piece ids for every text, and per-sentence cosine >= 0.9999 in both libraries."""
+    hf_ids = [e.ids for e in interop.hf_tokenizer(model.tokenizer).encode_batch(texts, add_special_tokens=False)]
+    differing = [t for t, a, b in zip(texts, model.tokenizer.encode(texts), hf_ids, strict=True) if a != b]
+    assert not differing, f"{len(differing)}/{len(texts)} token sequences differ, e.g. {differing[:3]}"
+    ours = model.embed_raw_text(texts)
+    for encode in library_vectors(folder):
+        assert models.cosine(ours, encode(texts)).min() >= 0.9999
+
+
+def test_trained_model_exports_to_both_libraries_and_back(trained_model, real_sentences, tmp_path):
+    folder = interop.export_folder(trained_model, tmp_path / "exported")
+    assert_libraries_match(trained_model, folder, real_sentences)
+    back = models.load_model(folder)
+    assert back.tokenizer.sp_model == trained_model.tokenizer.sp_model and back.tokenizer.lowercase
+    np.testing.assert_array_equal(back.embed_raw_text(real_sentences), trained_model.embed_raw_text(real_sentences))
+
+
+def test_round_trip_with_lowercasing_off(cased_model, real_sentences, tmp_path):
+    folder = interop.export_folder(cased_model, tmp_path / "cased")
+    assert_libraries_match(cased_model, folder, real_sentences + ["Paris", "PARIS", " Two  spaces\tand a tab "])
+    back = models.load_model(folder)
+    assert not back.tokenizer.lowercase
+    assert not np.array_equal(*back.embed_raw_text(["Paris", "paris"]))
+    torch.testing.assert_close(back.embedding.weight, cased_model.embedding.weight, rtol=0, atol=0)
+
+
+def test_unknown_characters_and_empty_text(tiny_model, tmp_path):
+    """Unknown characters average the unknown row in both libraries; an empty text is zeros there, ours unk."""
+    texts = ["a man ☃☃ and 猫", "☃", "<s> </s> <unk>", "\ue000"]
+    assert_libraries_match(tiny_model, interop.export_folder(tiny_model, tmp_path / "m"), texts)
+    for encode in library_vectors(tmp_path / "m"):
+        assert not encode(["", " "]).any()
+    unk = tiny_model.embedding.weight[tiny_model.unk_row].detach().numpy()
+    np.testing.assert_array_equal(tiny_model.embed_raw_text([""])[0], unk)
+
+
+def test_folder_resaved_by_sentence_transformers_needs_its_sentencepiece_model(tiny_model, tmp_path):
+    st = sentence_transformers.SentenceTransformer(str(interop.export_folder(tiny_model, tmp_path / "m")), device="cpu")
+    st.save(str(tmp_path / "resaved"))
+    with pytest.raises(models.ModelError, match="copy sentencepiece.model into it"):
+        models.load_model(tmp_path / "resaved")
+    shutil.copy(tmp_path / "m" / interop.SP_FILE, tmp_path / "resaved")
+    texts = generated_sentences(50)
+    np.testing.assert_array_equal(models.load_model(tmp_path / "resaved").embed_raw_text(texts), st.encode(texts))
+
+
+def test_model2vec_vocabulary_quantization_is_folded_in(tiny_model, tmp_path):
+    folder = interop.export_folder(tiny_model, tmp_path / "m")
+    plain = model2vec.StaticModel.from_pretrained(str(folder))
+    rng = np.random.default_rng(0)
+    mapping = rng.integers(0, 10, len(tiny_model.tokenizer))
+    quantized = model2vec.StaticModel(
+        plain.embedding[:10], plain.tokenizer, token_mapping=mapping, weights=rng.random(len(mapping)), max_length=None
+    )
+    quantized.save_pretrained(tmp_path / "q")
+    shutil.copy(folder / interop.SP_FILE, tmp_path / "q")
+    texts = generated_sentences(50)
+    ours = models.load_model(tmp_path / "q").embed_raw_text(texts)
+    np.testing.assert_allclose(ours, quantized.encode(texts, use_multiprocessing=False), rtol=1e-5, atol=1e-6)
+
+
+def test_foreign_and_broken_folders_give_clear_errors(tiny_model, tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordPiece
+
+    tokenizer = Tokenizer(WordPiece({"[UNK]": 0, "hello": 1, "##s": 2}, unk_token="[UNK]"))
+    module = sentence_transformers.models.StaticEmbedding(tokenizer, embedding_weights=np.ones((3, 4), np.float32))
+    sentence_transformers.SentenceTransformer(modules=[module], device="cpu").save(str(tmp_path / "wp"))
+    with pytest.raises(models.ModelError, match="only static models built on a sentencepiece model .* WordPiece$"):
+        models.load_model(tmp_path / "wp")
+    with pytest.raises(models.ModelError, match="not a static-embedding model"):
+        models.load_model(tmp_path)
+    folder = interop.export_folder(tiny_model, tmp_path / "broken")
+    (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:100])
+    with pytest.raises(models.ModelError, match="model.safetensors: not a readable safetensors file"):
+        models.load_model(folder)
+
+
+def test_train_init_from_an_exported_folder(tiny_model, tmp_path):
+    folder = interop.export_folder(tiny_model, tmp_path / "m")
+    pairs = zip(generated_sentences(300, 11), generated_sentences(300, 12), strict=True)
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+    args = ["--train-file", tmp_path / "pairs.tsv", "--output-dir", tmp_path / "run", "--init-from", folder]
+    assert train.main([*map(str, args), "--max-steps", "3", "--megabatch-size", "1", "--threads", "1"]) == 0
+    tuned = models.load_model(tmp_path / "run" / "model.pt")
+    assert tuned.tokenizer.sp_model == tiny_model.tokenizer.sp_model and tuned.dim == tiny_model.dim
+    assert not torch.equal(tuned.embedding.weight, tiny_model.embedding.weight)
+
+
+def test_export_command(tiny_model_file, tmp_path):
+    command = [
+        sys.executable,
+        "-m",
+        "interop",
+        "export",
+        "--load-file",
+        tiny_model_file,
+        "--output-dir",
+        tmp_path / "e",
+    ]
+    done = subprocess.run(list(map(str, command)), cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(tmp_path / "e")) == sorted(
+        ["config.json", "model.safetensors", "modules.json", "tokenizer.json", interop.SP_FILE]
+    )
+    command[command.index("--load-file") + 1] = tmp_path / "missing.pt"
+    done = subprocess.run(list(map(str, command)), cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and "missing.pt" in done.stderr
