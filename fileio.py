@@ -126,19 +126,8 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb") -> Iterator:
 
     On any exception the temporary file is removed and `path` keeps its previous content.
     """
-    path = Path(path)
-    fd, tmp = _temp_beside(path)
-    try:
-        with reporting_full_disk(path), os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+        yield f
 
 
 @contextlib.contextmanager
