@@ -23,18 +23,8 @@ if [[ $# -ne 1 || ! $1 =~ ^[a-z]{2,3}(-[a-z]{2,3})*$ ]]; then
 fi
 IFS=- read -ra langs <<< "$1"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/../.." && pwd)
-export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-py=${PYTHON:-python}
-out=${OUT_DIR:-$PWD/data/bilingual-$1}
-downloads=${DOWNLOAD_DIR:-$PWD/downloads}
-force=()
-[[ ${FORCE:-0} == 1 ]] && force=(--force)
-workers=()
-[[ -n ${WORKERS:-} ]] && workers=(--workers "$WORKERS")
-mkdir -p "$out" "$downloads"
-stats=$out/stats.json
-step() { "$py" -m preprocess.steps "$@" --stats "$stats" "${force[@]}"; }
+default_out=$PWD/data/bilingual-$1
+source "$here/../common.sh"
 
 filtered=()
 for lang in "${langs[@]}"; do

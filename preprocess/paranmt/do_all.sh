@@ -20,18 +20,8 @@ if [[ $# -ne 3 ]]; then
     exit 2
 fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/../.." && pwd)
-export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-py=${PYTHON:-python}
-out=${OUT_DIR:-$PWD/data/paranmt-sim-low=$1-sim-high=$2-ovl=$3}
-downloads=${DOWNLOAD_DIR:-$PWD/downloads}
-force=()
-[[ ${FORCE:-0} == 1 ]] && force=(--force)
-workers=()
-[[ -n ${WORKERS:-} ]] && workers=(--workers "$WORKERS")
-mkdir -p "$out" "$downloads"
-stats=$out/stats.json
-step() { "$py" -m preprocess.steps "$@" --stats "$stats" "${force[@]}"; }
+default_out=$PWD/data/paranmt-sim-low=$1-sim-high=$2-ovl=$3
+source "$here/../common.sh"
 
 paranmt=$("$py" -m preprocess.download paranmt --downloads "$downloads" ${PARANMT_LOCAL:+--local "$PARANMT_LOCAL"})
 lid=$("$py" -m preprocess.download lid --downloads "$downloads" ${LID_MODEL:+--local "$LID_MODEL"})
