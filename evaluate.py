@@ -33,7 +33,7 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 
 import models
-from fileio import InputError, atomic_output, iter_line_chunks, run_cli
+from fileio import InputError, atomic_output, read_lines, run_cli
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
@@ -81,11 +81,6 @@ class Pairs:
     gold: np.ndarray
 
 
-def read_lines(path: Path) -> list[str]:
-    """All lines of a UTF-8 file (invalid UTF-8 is an InputError naming the line)."""
-    return [line for chunk in iter_line_chunks(path, strict=True) for line in chunk]
-
-
 def parse_score(text: str, path: Path, line_no: int) -> float | None:
     """A gold score, or None when the field is empty (the organisers' mark for an unscored pair)."""
     text = text.strip()
@@ -114,7 +109,7 @@ def columns(line: str, path: Path, line_no: int, at_least: int) -> list[str]:
 def read_tsv(path: Path) -> Pairs:
     """The `score<TAB>s1<TAB>s2` layout of ../shared/data."""
     rows = []
-    for i, line in enumerate(read_lines(path), 1):
+    for i, line in enumerate(read_lines(path, strict=True), 1):
         fields = line.split("\t")
         if len(fields) != 3:
             raise InputError(f"{path}:{i}: expected score<TAB>sentence1<TAB>sentence2, found {len(fields)} fields")
@@ -137,12 +132,12 @@ def read_raw_sts(path: Path) -> Pairs:
     Inputs beyond the end of the gold file have no score and are dropped (STS 2017 tr-en). Without a
     gold file, a third column holds the score (the merged layout of the original toolkit's STS 2017).
     """
-    lines = read_lines(path)
+    lines = read_lines(path, strict=True)
     gold_path = gold_file_of(path)
     if gold_path is None:
         rows = [columns(line, path, i, 3) for i, line in enumerate(lines, 1)]
         return make_pairs([(parse_score(r[2], path, i), r[0], r[1]) for i, r in enumerate(rows, 1)])
-    gold = read_lines(gold_path)
+    gold = read_lines(gold_path, strict=True)
     if len(gold) > len(lines):
         raise InputError(f"{gold_path}: {len(gold)} gold scores for {len(lines)} input lines in {path}")
     rows = []
@@ -155,7 +150,7 @@ def read_raw_sts(path: Path) -> Pairs:
 def read_stsb_csv(path: Path) -> Pairs:
     """STS Benchmark sts-*.csv: genre, file, year, id, score, s1, s2[, sources] separated by tabs."""
     rows = []
-    for i, line in enumerate(read_lines(path), 1):
+    for i, line in enumerate(read_lines(path, strict=True), 1):
         fields = columns(line, path, i, 7)
         rows.append((parse_score(fields[4], path, i), fields[5], fields[6]))
     return make_pairs(rows)
@@ -163,7 +158,7 @@ def read_stsb_csv(path: Path) -> Pairs:
 
 def read_sick(path: Path) -> Pairs:
     """SICK_*.txt: a header line naming sentence_A, sentence_B and relatedness_score."""
-    lines = read_lines(path)
+    lines = read_lines(path, strict=True)
     header = lines[0].split("\t") if lines else []
     if not {"sentence_A", "sentence_B", "relatedness_score"} <= set(header):
         raise InputError(f"{path}:1: not a SICK file (no sentence_A / sentence_B / relatedness_score header)")
@@ -398,7 +393,7 @@ def retrieval_errors(src: np.ndarray, tgt: np.ndarray) -> tuple[float, float]:
 
 def tatoeba_pairs(xx: Path, eng: Path) -> tuple[list[str], list[str]]:
     """The two sides of a Tatoeba language, which must have the same number of lines."""
-    left, right = read_lines(xx), read_lines(eng)
+    left, right = read_lines(xx, strict=True), read_lines(eng, strict=True)
     if len(left) != len(right):
         raise InputError(f"{xx}: {len(left)} lines but {eng} has {len(right)}; line i must translate line i")
     return left, right

@@ -99,6 +99,11 @@ def iter_line_chunks(
             yield lines
 
 
+def read_lines(path: str | os.PathLike, strict: bool = False) -> list[str]:
+    """All lines of a text file, with iter_line_chunks' UTF-8 policy (`strict`: an error naming the line)."""
+    return [line for chunk in iter_line_chunks(path, strict=strict) for line in chunk]
+
+
 def count_lines(path: str | os.PathLike) -> int:
     """Number of lines in a file (a final line without a newline counts), read in 1 MiB blocks."""
     n, last = 0, b"\n"

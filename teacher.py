@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from fileio import InputError, atomic_path, iter_line_chunks, open_input, run_cli
+from fileio import InputError, atomic_path, iter_line_chunks, open_input, read_lines, run_cli
 from models import SPModel, Tokenizer, flatten
 
 DEFAULT_TEACHER = "all-MiniLM-L6-v2"
@@ -97,10 +97,6 @@ def save_npy(path: Path, value: np.ndarray) -> None:
         np.save(f, value)
 
 
-def read_sentences(path: Path) -> list[str]:
-    return [s for lines in iter_line_chunks(path) for s in lines]
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sp-model", type=Path, required=True, help="sentencepiece model of the new SP model")
@@ -133,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     config = {"source": "teacher.py", "teacher": args.teacher, "sif_a": args.sif_a}
     SPModel(tokenizer, torch.from_numpy(table), config).save(args.output_dir / "init.pt")
     if args.distill_sentences is not None:
-        sentences = read_sentences(args.distill_sentences)
+        sentences = read_lines(args.distill_sentences)
         tqdm.write(f"embedding {len(sentences)} distillation sentences with {args.teacher}", file=sys.stderr)
         raw = cached(args.output_dir / "teacher-sentences.npy", lambda: teacher_vectors(teacher, sentences))
         if len(raw) != len(sentences):

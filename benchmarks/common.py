@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import gzip
 import os
 import platform
-import random
 import sys
 from pathlib import Path
 
@@ -14,29 +12,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import models  # noqa: E402
+from scripts.english_sentences import english_sentences as scripts_english_sentences  # noqa: E402
 
 DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
 CACHE = Path(__file__).resolve().parent / ".cache"
 
 
 def english_sentences() -> list[str]:
-    """Unique English sentences of the shared training data (captions, ASSET, English bitext sides),
-    in a fixed order: the same list on every machine that has ../shared/data."""
+    """Unique English sentences of the shared training data (captions, ASSET, every English bitext
+    side), in a fixed order: the same list on every machine that has ../shared/data."""
     if not DATA.is_dir():
         sys.exit(f"error: {DATA} not found: the benchmarks read the real data in ../shared/data")
-    files = sorted((DATA / "train" / "en_paraphrase").glob("*.pairs.tsv.gz"))
-    files += sorted((DATA / "train" / "bitext").glob("**/*.tsv.gz"))
-    seen: dict[str, None] = {}
-    for path in files:
-        both_sides = "en_paraphrase" in path.parts
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                cols = line.rstrip("\n").split("\t")
-                for s in cols if both_sides else cols[:1]:
-                    seen.setdefault(s)
-    sentences = [s for s in seen if s]
-    random.Random(0).shuffle(sentences)
-    return sentences
+    return scripts_english_sentences(DATA, skip_tatoeba=False)
 
 
 def sentence_sample(n: int) -> list[str]:

@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 
 
-def english_sentences(data: Path) -> list[str]:
-    """Distinct non-empty English sentences, in a seeded random order."""
+def english_sentences(data: Path, skip_tatoeba: bool = True) -> list[str]:
+    """Distinct non-empty English sentences, in a seeded random order (Tatoeba-Challenge bitext skipped
+    unless `skip_tatoeba` is False, as for the speed benchmarks, where it is not a test domain)."""
     files = sorted((data / "train" / "en_paraphrase").glob("*.pairs.tsv.gz"))
-    files += sorted(p for p in (data / "train" / "bitext").glob("**/*.tsv.gz") if "tatoeba" not in p.parent.name)
+    bitext = sorted((data / "train" / "bitext").glob("**/*.tsv.gz"))
+    files += [p for p in bitext if not (skip_tatoeba and "tatoeba" in p.parent.name)]
     seen: dict[str, None] = {}
     for path in files:
         both_sides = path.parent.name == "en_paraphrase"
