@@ -112,6 +112,10 @@ def export_folder(model: SPModel, folder: str | os.PathLike) -> Path:
     """Write `model` as a static-embedding folder that sentence-transformers and model2vec load."""
     from safetensors.numpy import save
 
+    if not isinstance(model, SPModel):
+        raise ModelError(
+            f"a {model.kind} model cannot be exported: static-embedding folders hold one sentencepiece table"
+        )
     if model.piece_rows is not None:
         raise ModelError("an original-release model has rows that are not sentencepiece ids; it cannot be exported")
     folder = Path(folder)

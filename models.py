@@ -1,8 +1,10 @@
-"""The SP encoder: text -> sentencepiece ids -> mean of piece embeddings -> cosine.
+"""Sentence encoders: text -> token ids -> mean (or LSTM) of their embeddings -> cosine.
 
-A sentence vector is the average of the embeddings of its sentencepiece pieces (Wieting et al.,
-"Paraphrastic Representations at Scale"). This module holds the model, its tokenizer, the
-self-contained checkpoint format, and the `embed_raw_text` / `score_raw_text` API.
+The default, SP, averages the embeddings of a sentence's sentencepiece pieces (Wieting et al.,
+"Paraphrastic Representations at Scale"). The seed papers' other encoders are here too, trained and
+stored the same way: WORD and TRIGRAM averaging, LSTM and BLSTM with averaged hidden states, and sums
+or concatenations of them. This module holds the models, their tokenizers, the self-contained
+checkpoint format, `load_model`, and the `embed_raw_text` / `score_raw_text` API.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import io
 import itertools
 import os
 import pickle
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +39,8 @@ class ModelError(Exception):
 class Tokenizer:
     """Sentencepiece plus the model's lowercasing; turns a batch of texts into flat ids + offsets."""
 
+    kind = "sp"
+
     def __init__(self, sp_model: bytes, lowercase: bool, source: str | os.PathLike | None = None):
         self.sp_model = sp_model
         self.lowercase = lowercase
@@ -51,11 +56,107 @@ class Tokenizer:
     def __len__(self) -> int:
         return self.sp.get_piece_size()
 
+    @property
+    def unk_id(self) -> int:
+        return self.sp.unk_id()
+
     def encode(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
         """Piece ids of each text (lowercased first when the model was trained lowercased)."""
         if self.lowercase:
             texts = list(map(str.lower, texts))
         return self.sp.encode(list(texts), num_threads=num_threads)
+
+    def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids, per-text lengths) of a batch."""
+        return flatten(self.encode(texts, num_threads))
+
+
+class WordTokenizer:
+    """Whitespace tokens (after lowercasing) looked up in a vocabulary; id 0 is the unknown word."""
+
+    kind = "word"
+    unk_id = 0
+
+    def __init__(self, vocab: Sequence[str], lowercase: bool = True):
+        self.vocab, self.lowercase = list(vocab), lowercase
+        self.index = {w: i for i, w in enumerate(self.vocab, start=1)}
+
+    def __len__(self) -> int:
+        return len(self.vocab) + 1
+
+    def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids, per-text lengths) of a batch; words outside the vocabulary get id 0."""
+        tokens = list(map(str.split, map(str.lower, texts) if self.lowercase else texts))
+        lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+        words = itertools.chain.from_iterable(tokens)
+        flat = np.fromiter(map(self.index.get, words, itertools.repeat(0)), dtype=np.int64, count=int(lengths.sum()))
+        return flat, lengths
+
+    @staticmethod
+    def count(texts: Sequence[str], counts: Counter, lowercase: bool = True) -> None:
+        """Add the word counts of `texts` to `counts` (for building a vocabulary)."""
+        counts.update(itertools.chain.from_iterable(map(str.split, map(str.lower, texts) if lowercase else texts)))
+
+
+def trigram_keys(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Character trigrams of each text padded with one space at each end, as int64 keys (three 21-bit
+    code points), and the number of trigrams per text (its length in characters)."""
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    padded = (" " + "  ".join(texts) + " ").encode("utf-32-le", "surrogatepass")
+    codes = np.frombuffer(padded, dtype=np.uint32).astype(np.int64)
+    starts = np.arange(int(lengths.sum())) + 2 * np.repeat(np.arange(len(texts)), lengths)
+    return (codes[starts] << 42) | (codes[starts + 1] << 21) | codes[starts + 2], lengths
+
+
+def trigram_text(key: int) -> str:
+    """The three characters of a trigram key."""
+    return "".join(chr((key >> shift) & 0x1FFFFF) for shift in (42, 21, 0))
+
+
+class TrigramTokenizer:
+    """Character trigrams of the text padded with one space at each end; id 0 is the unknown trigram."""
+
+    kind = "trigram"
+    unk_id = 0
+
+    def __init__(self, vocab: Sequence[str], lowercase: bool = True):
+        self.vocab, self.lowercase = list(vocab), lowercase
+        if any(len(v) != 3 for v in self.vocab):
+            raise ModelError("a trigram vocabulary entry is not three characters long")
+        codes = np.frombuffer("".join(self.vocab).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        keys = codes.astype(np.int64).reshape(-1, 3) @ np.array([1 << 42, 1 << 21, 1], dtype=np.int64)
+        self.order = np.argsort(keys)
+        self.keys = keys[self.order]
+
+    def __len__(self) -> int:
+        return len(self.vocab) + 1
+
+    def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids, per-text lengths) of a batch; trigrams outside the vocabulary get id 0."""
+        keys, lengths = trigram_keys(list(map(str.lower, texts)) if self.lowercase else texts)
+        pos = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
+        found = self.keys[pos] == keys if len(self.keys) else np.zeros(len(keys), dtype=bool)
+        return np.where(found, self.order[pos] + 1, 0), lengths
+
+    @staticmethod
+    def count(texts: Sequence[str], counts: Counter, lowercase: bool = True) -> None:
+        """Add the trigram counts of `texts` to `counts` (keys as in trigram_keys)."""
+        keys, counts_here = np.unique(
+            trigram_keys(list(map(str.lower, texts)) if lowercase else texts)[0], return_counts=True
+        )
+        counts.update(dict(zip(keys.tolist(), counts_here.tolist(), strict=True)))
+
+
+TOKENIZERS = {"word": WordTokenizer, "trigram": TrigramTokenizer}
+
+
+def build_vocab(kind: str, chunks: Iterable[Sequence[str]], max_types: int, lowercase: bool = True) -> list[str]:
+    """The `max_types` most frequent words or trigrams of the text chunks (ties broken by the type)."""
+    counts: Counter = Counter()
+    for texts in chunks:
+        TOKENIZERS[kind].count(texts, counts, lowercase)
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:max_types]
+    return [trigram_text(k) if kind == "trigram" else k for k, _ in ranked]
 
 
 def flatten(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -72,83 +173,171 @@ def offsets_of(lengths: np.ndarray) -> np.ndarray:
     return offsets
 
 
-class SPModel(nn.Module):
-    """Sentence embedding = mean of the rows of `embedding` picked by the text's sentencepiece ids.
+def fill_empty(flat: np.ndarray, lengths: np.ndarray, unk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Give every empty bag the single id `unk`, so that no sentence pools over nothing."""
+    empty = np.flatnonzero(lengths == 0)
+    if len(empty):
+        flat = np.insert(flat, offsets_of(lengths)[empty], unk)
+        lengths = lengths.copy()
+        lengths[empty] = 1
+    return flat, lengths
 
-    `piece_rows` maps a sentencepiece id to its row (-1: no row, the piece is dropped); it is None
-    for native models, whose rows are exactly the sentencepiece vocabulary. A text with no known
-    piece (empty, or all dropped) gets the unknown-token row.
+
+def interleave(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Join per-part (flat ids, lengths) sentence by sentence: each sentence's part-0 ids, then part 1's..."""
+    lengths = np.sum([lens for _, lens in parts], axis=0)
+    flat = np.empty(int(lengths.sum()), dtype=np.int64)
+    before = offsets_of(lengths)  # where each sentence's ids start, then moved past each part in turn
+    for ids, lens in parts:
+        flat[np.repeat(before - offsets_of(lens), lens) + np.arange(len(ids))] = ids
+        before = before + lens
+    return flat, lengths
+
+
+def mean_pool(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+    """Mean of the rows of each bag; with `dropout` > 0 (training) each gathered row is dropped out first."""
+    if dropout == 0.0:
+        return F.embedding_bag(ids, table, offsets, mode="mean")
+    rows = F.dropout(table.index_select(0, ids), p=dropout, training=True)
+    return F.embedding_bag(torch.arange(len(ids), device=ids.device), rows, offsets, mode="mean")
+
+
+def lstm_pool(lstm: nn.LSTM, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """Run the LSTM over each bag's rows in order and average its hidden states over time; a
+    bidirectional LSTM averages the forward and backward states (no concatenation)."""
+    lengths = torch.diff(offsets, append=offsets.new_tensor([len(rows)]))
+    bags, steps = len(offsets), int(lengths.max())
+    owner = torch.repeat_interleave(torch.arange(bags, device=rows.device), lengths)
+    slot = owner * steps + torch.arange(len(rows), device=rows.device) - offsets[owner]
+    padded = rows.new_zeros(bags * steps, rows.shape[1]).index_copy(0, slot, rows).view(bags, steps, -1)
+    packed = nn.utils.rnn.pack_padded_sequence(padded, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    states = nn.utils.rnn.pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=steps)[0]
+    if lstm.bidirectional:
+        states = (states[..., : lstm.hidden_size] + states[..., lstm.hidden_size :]) / 2
+    return states.sum(1) / lengths.unsqueeze(1).to(states.dtype)
+
+
+POOLINGS = ("mean", "lstm", "blstm")
+COMBINE = ("add", "concat")
+
+
+class Model(nn.Module):
+    """A sentence encoder: each part tokenizes the text and pools its rows of one shared embedding table
+    (mean, LSTM or BLSTM); the parts' vectors are added or concatenated.
+
+    Part k owns rows [starts[k], starts[k] + len(tokenizers[k])) of the table, so one row-sparse optimizer
+    serves every part. A text's ids are its parts' ids one after the other (see `interleave`); a part
+    with no token for a text (an empty text) uses its unknown id.
     """
 
     def __init__(
         self,
-        tokenizer: Tokenizer,
+        tokenizers: list,
+        poolings: list[str],
         embedding: torch.Tensor,
         config: dict | None = None,
-        piece_rows: np.ndarray | None = None,
-        unk_row: int | None = None,
+        combine: str = "add",
+        check_rows: bool = True,
     ):
+        """`check_rows=False`: a piece-to-row map (SPModel of the original release) decides the rows."""
         super().__init__()
-        if piece_rows is None and embedding.shape[0] != len(tokenizer):
-            raise ModelError(
-                f"embedding has {embedding.shape[0]} rows but the sentencepiece model has "
-                f"{len(tokenizer)} pieces; they must match"
-            )
-        self.tokenizer = tokenizer
+        if len(tokenizers) != len(poolings) or not tokenizers:
+            raise ModelError("a model needs one pooling per tokenizer, and at least one part")
+        if combine not in COMBINE or any(p not in POOLINGS for p in poolings):
+            raise ModelError(f"unknown pooling or combination: {poolings}, {combine!r}")
+        sizes = [len(t) for t in tokenizers]
+        if check_rows and embedding.shape[0] != sum(sizes):
+            what = "the sentencepiece model has" if len(sizes) == 1 and tokenizers[0].kind == "sp" else "the parts have"
+            raise ModelError(f"embedding has {embedding.shape[0]} rows but {what} {sum(sizes)} pieces; they must match")
+        self.tokenizers, self.poolings, self.combine = list(tokenizers), list(poolings), combine
+        self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.embedding = nn.Embedding.from_pretrained(embedding.float(), freeze=False)
-        self.piece_rows = piece_rows
-        self.unk_row = tokenizer.sp.unk_id() if unk_row is None else unk_row
-        self.config = {"encoder": "sp", "lowercase": tokenizer.lowercase, **(config or {})}
+        width = embedding.shape[1]
+        self.lstms = nn.ModuleDict(
+            {str(k): nn.LSTM(width, width, batch_first=True, bidirectional=p == "blstm")
+             for k, p in enumerate(poolings) if p != "mean"}
+        )  # fmt: skip
+        self.config = {"encoder": self.kind, "lowercase": tokenizers[0].lowercase, **(config or {})}
         self.config.update(dim=self.dim, vocab_size=embedding.shape[0])
+        if len(tokenizers) > 1 or poolings != ["mean"] or tokenizers[0].kind != "sp":
+            self.config.update(parts=[{"pool": p, "tokens": t.kind} for p, t in self.parts()], combine=combine)
+
+    def parts(self) -> list[tuple[str, object]]:
+        return list(zip(self.poolings, self.tokenizers, strict=True))
+
+    @property
+    def kind(self) -> str:
+        """'sp', 'word', 'trigram', 'lstm', 'blstm' (LSTMs over sentencepiece), 'lstm-word', ... joined by '+'."""
+        names = [t.kind if p == "mean" else p + ("" if t.kind == "sp" else f"-{t.kind}") for p, t in self.parts()]
+        return "+".join(names)
 
     @property
     def dim(self) -> int:
-        return self.embedding.embedding_dim
+        width = self.embedding.embedding_dim
+        return width * len(self.tokenizers) if self.combine == "concat" else width
 
     @property
     def device(self) -> torch.device:
         return self.embedding.weight.device
 
+    @property
+    def sp_tokenizer(self) -> Tokenizer | None:
+        """The sentencepiece tokenizer when the model's ids are exactly sentencepiece ids (HDF5 shards hold those)."""
+        only = self.tokenizers[0]
+        return only if len(self.tokenizers) == 1 and only.kind == "sp" else None
+
     def __repr__(self) -> str:
-        kind = "legacy " if self.piece_rows is not None else ""
         return (
-            f"SPModel({kind}rows={self.embedding.num_embeddings}, dim={self.dim}, "
-            f"lowercase={self.tokenizer.lowercase}, pieces={len(self.tokenizer)}, device={self.device})"
+            f"Model(encoder={self.kind}, combine={self.combine}, rows={self.embedding.num_embeddings}, "
+            f"dim={self.dim}, lowercase={self.tokenizers[0].lowercase}, device={self.device})"
         )
 
-    def ids_and_offsets(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokenize a batch into (row ids, bag offsets), applying the drop and unknown rules."""
-        flat, lengths = flatten(self.tokenizer.encode(texts, num_threads=torch.get_num_threads()))
-        return self.rows_and_offsets(flat, lengths)
+    def token_ids(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(flat table rows, per-text lengths): every part's ids, shifted to its rows, empty parts filled."""
+        parts = []
+        for start, tokenizer in zip(self.starts, self.tokenizers, strict=False):
+            flat, lengths = fill_empty(*tokenizer.encode_flat(texts, num_threads), tokenizer.unk_id)
+            parts.append((flat + start, lengths))
+        return parts[0] if len(parts) == 1 else interleave(parts)
 
     def rows_and_offsets(self, flat: np.ndarray, lengths: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Map piece ids to rows (dropping unknown pieces); empty texts get the unknown row."""
-        if self.piece_rows is not None:
-            rows = self.piece_rows[flat]
-            keep = rows >= 0
-            owner = np.repeat(np.arange(len(lengths)), lengths)
-            flat = rows[keep]
-            lengths = np.bincount(owner[keep], minlength=len(lengths)).astype(np.int64)
-        empty = np.flatnonzero(lengths == 0)
-        if len(empty):
-            flat = np.insert(flat, offsets_of(lengths)[empty], self.unk_row)
-            lengths = lengths.copy()
-            lengths[empty] = 1
+        """Table rows and bag offsets as tensors, from `token_ids`' output."""
         return torch.from_numpy(flat), torch.from_numpy(offsets_of(lengths))
 
-    def forward(self, ids: torch.Tensor, offsets: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
-        """Mean of the embedding rows of each bag: (len(offsets), dim).
+    def ids_and_offsets(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokenize a batch into (table rows, bag offsets)."""
+        return self.rows_and_offsets(*self.token_ids(texts, num_threads=torch.get_num_threads()))
 
-        With `dropout` > 0 (training), each gathered row is dropped out before averaging.
-        """
-        ids, offsets = ids.to(self.device), offsets.to(self.device)
-        if dropout == 0.0:
-            return F.embedding_bag(ids, self.embedding.weight, offsets, mode="mean")
-        rows = F.dropout(self.embedding(ids), p=dropout, training=True)
+    def split_parts(self, ids: torch.Tensor, offsets: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each part's (rows, offsets) out of the joint bags, in order within each bag."""
+        if len(self.tokenizers) == 1:
+            return [(ids, offsets)]
         lengths = torch.diff(offsets, append=offsets.new_tensor([len(ids)]))
         owner = torch.repeat_interleave(torch.arange(len(offsets), device=ids.device), lengths)
-        total = torch.zeros(len(offsets), self.dim, device=ids.device, dtype=rows.dtype).index_add_(0, owner, rows)
-        return total / lengths.unsqueeze(1).to(rows.dtype)
+        out = []
+        for lo, hi in itertools.pairwise(self.starts.tolist()):
+            mine = (ids >= lo) & (ids < hi)
+            counts = torch.bincount(owner[mine], minlength=len(offsets))
+            out.append((ids[mine], torch.cumsum(counts, 0) - counts))
+        return out
+
+    def pool_parts(self, table: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor]], dropout: float = 0.0):
+        """The sentence vectors from each part's (rows of `table`, offsets), added or concatenated."""
+        vectors = []
+        for k, (pooling, (ids, offsets)) in enumerate(zip(self.poolings, parts, strict=True)):
+            if pooling == "mean":
+                vectors.append(mean_pool(table, ids, offsets, dropout))
+            else:
+                rows = F.dropout(table.index_select(0, ids), p=dropout, training=dropout > 0)
+                vectors.append(lstm_pool(self.lstms[str(k)], rows, offsets))
+        if len(vectors) == 1:
+            return vectors[0]
+        return torch.cat(vectors, dim=1) if self.combine == "concat" else torch.stack(vectors).sum(0)
+
+    def forward(self, ids: torch.Tensor, offsets: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+        """Sentence vectors (len(offsets), dim) of bags of table rows."""
+        ids, offsets = ids.to(self.device), offsets.to(self.device)
+        return self.pool_parts(self.embedding.weight, self.split_parts(ids, offsets), dropout)
 
     @torch.no_grad()
     def embed_raw_text(self, texts: Sequence[str], batch_size: int = 8192) -> np.ndarray:
@@ -167,21 +356,82 @@ class SPModel(nn.Module):
         right = self.embed_raw_text([p[1] for p in pairs], batch_size)
         return cosine(left, right).tolist()
 
-    def save(self, path: str | os.PathLike, extra_config: dict | None = None, half: bool = False) -> None:
-        """Write the self-contained checkpoint (embeddings, sentencepiece model, config) atomically."""
+    def checkpoint(self, extra_config: dict | None = None, half: bool = False) -> dict:
+        """The self-contained checkpoint: table, tokenizers, LSTM weights and config, as plain data."""
         table = self.embedding.weight.detach().cpu()
         state = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "config": _plain({**self.config, **(extra_config or {})}),
             "embedding": table.half() if half else table.clone(),
-            "sp_model": self.tokenizer.sp_model,
         }
+        sp = [t for t in self.tokenizers if t.kind == "sp"]
+        if sp:
+            state["sp_model"] = sp[0].sp_model
+        if "parts" in self.config:
+            state["vocabs"] = [getattr(t, "vocab", None) for t in self.tokenizers]
+            state["lstm"] = {k: v.detach().cpu().clone() for k, v in self.lstms.state_dict().items()}
+        return state
+
+    def save(self, path: str | os.PathLike, extra_config: dict | None = None, half: bool = False) -> None:
+        """Write the checkpoint atomically."""
+        with atomic_output(path) as f:
+            torch.save(self.checkpoint(extra_config, half), f)
+
+
+class SPModel(Model):
+    """The paper's SP: sentence embedding = mean of the rows of `embedding` picked by the text's
+    sentencepiece ids.
+
+    `piece_rows` maps a sentencepiece id to its row (-1: no row, the piece is dropped); it is None
+    for native models, whose rows are exactly the sentencepiece vocabulary. A text with no known
+    piece (empty, or all dropped) gets the unknown-token row.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        embedding: torch.Tensor,
+        config: dict | None = None,
+        piece_rows: np.ndarray | None = None,
+        unk_row: int | None = None,
+    ):
+        super().__init__([tokenizer], ["mean"], embedding, config, check_rows=piece_rows is None)
+        self.piece_rows = piece_rows
+        self.unk_row = tokenizer.unk_id if unk_row is None else unk_row
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.tokenizers[0]
+
+    def __repr__(self) -> str:
+        kind = "legacy " if self.piece_rows is not None else ""
+        return (
+            f"SPModel({kind}rows={self.embedding.num_embeddings}, dim={self.dim}, "
+            f"lowercase={self.tokenizer.lowercase}, pieces={len(self.tokenizer)}, device={self.device})"
+        )
+
+    def token_ids(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Raw sentencepiece ids (what HDF5 shards hold); `rows_and_offsets` maps them to rows."""
+        return self.tokenizer.encode_flat(texts, num_threads)
+
+    def rows_and_offsets(self, flat: np.ndarray, lengths: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Map piece ids to rows (dropping pieces without a row); empty texts get the unknown row."""
+        if self.piece_rows is not None:
+            rows = self.piece_rows[flat]
+            keep = rows >= 0
+            owner = np.repeat(np.arange(len(lengths)), lengths)
+            flat = rows[keep]
+            lengths = np.bincount(owner[keep], minlength=len(lengths)).astype(np.int64)
+        flat, lengths = fill_empty(flat, lengths, self.unk_row)
+        return torch.from_numpy(flat), torch.from_numpy(offsets_of(lengths))
+
+    def checkpoint(self, extra_config: dict | None = None, half: bool = False) -> dict:
+        state = super().checkpoint(extra_config, half)
         if self.piece_rows is not None:
             state["piece_rows"] = torch.from_numpy(self.piece_rows)
             state["unk_row"] = self.unk_row
-        with atomic_output(path) as f:
-            torch.save(state, f)
+        return state
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -253,7 +503,7 @@ def load_model(
     path: str | os.PathLike | None = None,
     sp_model: str | os.PathLike | None = None,
     device: str | torch.device | None = None,
-) -> SPModel:
+) -> Model:
     """Load a model file: our self-contained checkpoint, the original toolkit's release layout (then
     `sp_model` names its sentencepiece model), or a sentence-transformers / model2vec static-embedding
     folder with a sentencepiece model (see interop.py). No path loads the shipped default model."""
@@ -268,7 +518,7 @@ def load_model(
     state = _safe_load(path)
     try:
         if state.get("format") == FORMAT:
-            model = _from_native(state, path)
+            model = from_checkpoint(state, path)
         elif "state_dict" in state and "vocab" in state:
             model = _from_legacy(state, path, sp_model)
         else:
@@ -278,19 +528,18 @@ def load_model(
     return model.to(resolve_device(device)).eval()
 
 
-def _from_native(state: dict, path: Path) -> SPModel:
+def from_checkpoint(state: dict, path: str | os.PathLike) -> Model:
+    """A model from the contents of one of our checkpoint files (`Model.checkpoint()`)."""
     version = state.get("format_version")
     if version != FORMAT_VERSION:
         raise ModelError(f"{path}: format version {version} is not supported (this toolkit reads {FORMAT_VERSION})")
     config = state.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("lowercase"), bool):
         raise ModelError(f"{path}: no valid config in the model file (it is corrupt)")
-    if config.get("encoder", "sp") != "sp":
-        raise ModelError(f"{path}: encoder kind {config['encoder']!r} is not supported by this version")
     table = _checked_table(state.get("embedding"), path)
-    if not isinstance(state.get("sp_model"), bytes):
-        raise ModelError(f"{path}: no sentencepiece model inside the model file (it is corrupt)")
-    tokenizer = Tokenizer(state["sp_model"], config["lowercase"], source=path)
+    if config.get("encoder", "sp") != "sp":
+        return _general_from_native(state, config, table, path)
+    tokenizer = _sp_tokenizer(state, config, path)
     rows, unk = state.get("piece_rows"), state.get("unk_row")
     if rows is None and len(table) != len(tokenizer):
         raise ModelError(f"{path}: {len(table)} embedding rows for {len(tokenizer)} pieces (the file is corrupt)")
@@ -299,6 +548,34 @@ def _from_native(state: dict, path: Path) -> SPModel:
         if not isinstance(unk, int) or not 0 <= unk < len(table):
             raise ModelError(f"{path}: unknown-token row {unk!r} is not a row of the table (the file is corrupt)")
     return SPModel(tokenizer, table, config, piece_rows=rows, unk_row=unk if rows is not None else None)
+
+
+def _sp_tokenizer(state: dict, config: dict, path: Path) -> Tokenizer:
+    if not isinstance(state.get("sp_model"), bytes):
+        raise ModelError(f"{path}: no sentencepiece model inside the model file (it is corrupt)")
+    return Tokenizer(state["sp_model"], config["lowercase"], source=path)
+
+
+def _general_from_native(state: dict, config: dict, table: torch.Tensor, path: Path) -> Model:
+    """A word, trigram, LSTM or combined model: its parts, vocabularies and LSTM weights."""
+    parts, vocabs = config.get("parts"), state.get("vocabs")
+    if not isinstance(parts, list) or not isinstance(vocabs, list) or len(parts) != len(vocabs):
+        raise ModelError(f"{path}: encoder {config['encoder']!r} but no valid parts in the model file (it is corrupt)")
+    tokenizers = []
+    for part, vocab in zip(parts, vocabs, strict=True):
+        kind = part.get("tokens")
+        if kind == "sp":
+            tokenizers.append(_sp_tokenizer(state, config, path))
+        elif kind in TOKENIZERS and isinstance(vocab, list) and all(isinstance(v, str) for v in vocab):
+            tokenizers.append(TOKENIZERS[kind](vocab, config["lowercase"]))
+        else:
+            raise ModelError(f"{path}: part {part} is not supported by this version (or the file is corrupt)")
+    model = Model(tokenizers, [p.get("pool") for p in parts], table, config, config.get("combine", "add"))
+    try:
+        model.lstms.load_state_dict(state.get("lstm") or {})
+    except RuntimeError as e:
+        raise ModelError(f"{path}: the LSTM weights do not fit the model ({_first_sentence(e)})") from None
+    return model
 
 
 def _checked_table(table, path: Path) -> torch.Tensor:

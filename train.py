@@ -51,17 +51,30 @@ from fileio import (
     run_cli,
     split_pair,
 )
-from models import SPModel, Tokenizer, flatten, load_model, read_sp_model, resolve_device, train_sentencepiece
+from models import (
+    TOKENIZERS,
+    Model,
+    SPModel,
+    Tokenizer,
+    build_vocab,
+    from_checkpoint,
+    load_model,
+    read_sp_model,
+    resolve_device,
+    train_sentencepiece,
+)
 from shards import Shard
 
 STATE_FORMAT = "paraphrastic-train-state"
-STATE_VERSION = 1
+STATE_VERSION = 2
 BLOCK_PAIRS = 32  # contiguous pairs read at once: the sampler's unit of disk access
 WINDOW_PAIRS = 65536  # pairs shuffled together: a window of randomly chosen blocks
 SP_SENTENCES = 2_000_000  # distinct sentences a new sentencepiece model is trained on
 MINE_CHUNK = 2048  # rows per similarity block when mining (measured best of 2048-6400)
+EMBED_CHUNK = 8192  # sentences embedded at once when mining (bounds an LSTM's padded batch)
 KILL_ENV = "PARAPHRASTIC_TRAIN_KILL_AT_STEP"  # test hook: "STEP" (SIGKILL) or "STEP:INT" (Ctrl-C)
 NAN_ENV = "PARAPHRASTIC_TRAIN_NAN_AT_STEP"  # test hook: "STEP[,STEP...]": these updates get a NaN loss
+STRUCTURE = ("encoder", "lowercase", "parts", "combine")  # the config keys that say what a model is
 NAN_EXIT = 3  # exit status when --on-nan stop stops the run
 SP_INPUT = "sentencepiece-input.txt"  # temporary text a new sentencepiece model is trained on
 OUTPUTS = ("model.pt", "best.pt", "resume.pt", "sp.model", SP_INPUT)  # names whose stale temporaries are removed
@@ -69,7 +82,7 @@ OUTPUTS = ("model.pt", "best.pt", "resume.pt", "sp.model", SP_INPUT)  # names wh
 FIXED_ON_RESUME = (
     "mode", "dim", "batch_size", "megabatch_size", "megabatch_anneal", "lr", "delta", "dropout",
     "grad_clip", "optimizer", "one_sided", "seed", "mine_precision", "distill_weight", "distill_batch_size",
-    "margin_weight",
+    "margin_weight", "model", "combine", "scramble_rate", "max_types",
 )  # fmt: skip
 
 
@@ -226,12 +239,12 @@ def iter_pairs(path: Path, skip_bad: bool, chunk_lines: int = 65536) -> Iterator
         raise InputError(f"{path}: not a readable gzip file ({e})") from None
 
 
-def tokenize_pairs(path: Path, tokenizer: Tokenizer, skip_bad: bool, threads: int) -> MemorySource:
-    """Tokenize a TSV of pairs chunk by chunk into a MemorySource."""
+def tokenize_pairs(path: Path, model: Model, skip_bad: bool, threads: int) -> MemorySource:
+    """Tokenize a TSV of pairs chunk by chunk into a MemorySource of the model's token ids."""
     sides: list[list[tuple[np.ndarray, np.ndarray]]] = [[], []]
     for chunk in iter_pairs(path, skip_bad):
         for side, texts in zip(sides, chunk, strict=True):
-            ids, lens = flatten(tokenizer.encode(texts, num_threads=threads))
+            ids, lens = model.token_ids(texts, num_threads=threads)
             side.append((ids.astype(np.int32), lens))
     src, tgt = ((np.concatenate([a for a, _ in s] or [[]]), np.concatenate([b for _, b in s] or [[]])) for s in sides)
     return MemorySource(src, tgt)
@@ -399,19 +412,23 @@ def gather_sentences(ids: torch.Tensor, offsets: torch.Tensor, lengths: torch.Te
     return ids[torch.arange(len(shift), device=ids.device) - shift], new_offsets
 
 
-def mean_pool(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, dropout: float) -> torch.Tensor:
-    """Mean of the rows of each bag, with dropout on each gathered row (as SPModel.forward)."""
-    if dropout == 0.0:
-        return F.embedding_bag(ids, table, offsets, mode="mean")
-    rows = F.dropout(table.index_select(0, ids), p=dropout, training=True)
-    return F.embedding_bag(torch.arange(len(ids), device=ids.device), rows, offsets, mode="mean")
+def scramble(ids: torch.Tensor, offsets: torch.Tensor, rate: float) -> torch.Tensor:
+    """Shuffle the token order of each bag with probability `rate` (the papers' scrambling for LSTMs)."""
+    lengths = torch.diff(offsets, append=offsets.new_tensor([len(ids)]))
+    owner = torch.repeat_interleave(torch.arange(len(offsets), device=ids.device), lengths)
+    shuffled = torch.rand(len(offsets), device=ids.device) < rate
+    position = (torch.arange(len(ids), device=ids.device) - offsets[owner]).double()
+    key = torch.where(shuffled[owner], torch.rand(len(ids), device=ids.device, dtype=torch.float64), position)
+    order = torch.argsort(key, stable=True)
+    return ids[order[torch.argsort(owner[order], stable=True)]]
 
 
-def clip_gradient(grad: torch.Tensor, max_norm: float | None) -> float:
-    """Scale `grad` in place so its L2 norm is at most `max_norm`; returns the norm before clipping."""
-    norm = float(grad.norm())
+def clip_gradient(grads: list[torch.Tensor], max_norm: float | None) -> float:
+    """Scale `grads` in place so their joint L2 norm is at most `max_norm`; returns the norm before clipping."""
+    norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
     if max_norm and norm > max_norm:
-        grad.mul_(max_norm / (norm + 1e-6))
+        for g in grads:
+            g.mul_(max_norm / (norm + 1e-6))
     return norm
 
 
@@ -483,10 +500,10 @@ class DistillStream:
     follows from the step alone and resume needs no extra state.
     """
 
-    def __init__(self, model: SPModel, sentence_file: Path, target_file: Path, batch_size: int, seed: int):
+    def __init__(self, model: Model, sentence_file: Path, target_file: Path, batch_size: int, seed: int):
         self.model, self.batch_size, self.seed = model, batch_size, seed
         threads = torch.get_num_threads()
-        chunks = [flatten(model.tokenizer.encode(lines, threads)) for lines in iter_line_chunks(sentence_file)]
+        chunks = [model.token_ids(lines, threads) for lines in iter_line_chunks(sentence_file)]
         if not chunks:
             raise InputError(f"{sentence_file}: no sentences to distill")
         self.flat = np.concatenate([c[0] for c in chunks])
@@ -517,7 +534,7 @@ class DistillStream:
 class MegaBatch:
     """The 2n sentences of n pairs (sources first) on the device, and each one's mined negative."""
 
-    def __init__(self, model: SPModel, data: PairData, device: torch.device):
+    def __init__(self, model: Model, data: PairData, device: torch.device):
         self.n = len(data)
         flat = np.concatenate([data.src[0], data.tgt[0]])
         lengths = np.concatenate([data.src[1], data.tgt[1]])
@@ -526,11 +543,17 @@ class MegaBatch:
         self.lengths = torch.diff(self.offsets, append=self.offsets.new_tensor([len(self.ids)]))
         self.negatives: torch.Tensor | None = None
 
-    def mine(self, model: SPModel, bitext: bool, dtype: torch.dtype) -> None:
+    def mine(self, model: Model, bitext: bool, dtype: torch.dtype) -> None:
         """Embed every sentence without dropout and pick each one's hardest negative."""
         with torch.no_grad():
-            vectors = F.embedding_bag(self.ids, model.embedding.weight, self.offsets, mode="mean")
+            vectors = torch.cat([model(*self.bags(a, a + EMBED_CHUNK)) for a in range(0, 2 * self.n, EMBED_CHUNK)])
         self.negatives = mine_hardest(vectors, sentence_groups(self.ids, self.offsets), bitext, dtype)
+
+    def bags(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids, offsets) of sentences [start, stop)."""
+        offsets = self.offsets[start:stop]
+        end = self.offsets[stop] if stop < len(self.offsets) else len(self.ids)
+        return self.ids[offsets[0] : end], offsets - offsets[0]
 
     def minibatch(self, start: int, stop: int, one_sided: bool):
         """(ids, offsets, validity) of [sources, targets, negatives of sources(, negatives of targets)]."""
@@ -551,11 +574,13 @@ class NonFiniteLoss(Exception):
 class Trainer:
     """The training loop: data position, mega-batches, updates, checkpoints and dev evaluation."""
 
-    def __init__(self, args: argparse.Namespace, model: SPModel, sampler: PairSampler, out: Path):
+    def __init__(self, args: argparse.Namespace, model: Model, sampler: PairSampler, out: Path):
         self.args, self.model, self.sampler, self.out = args, model, sampler, out
         self.device = model.device
         table = model.embedding.weight.data
         self.optimizer = LazyAdam(table, args.lr) if args.optimizer == "sparse-adam" else DenseAdam(table, args.lr)
+        self.dense = list(model.lstms.parameters())  # LSTM weights: every step touches all of them
+        self.dense_optimizer = torch.optim.Adam(self.dense, lr=args.lr) if self.dense else None
         self.mine_dtype = torch.bfloat16 if args.mine_precision == "bf16" else torch.float32
         self.step = self.epoch = self.offset = self.inner = 0
         self.megabatch: MegaBatch | None = None
@@ -581,10 +606,9 @@ class Trainer:
             "format": STATE_FORMAT,
             "format_version": STATE_VERSION,
             "args": plain_args(self.args),
-            "sp_model": self.model.tokenizer.sp_model,
-            "lowercase": self.model.tokenizer.lowercase,
-            "embedding": self.model.embedding.weight.detach().cpu(),
+            "model": self.model.checkpoint(),
             "optimizer": self.optimizer.state_dict(),
+            "dense_optimizer": self.dense_optimizer.state_dict() if self.dense_optimizer else None,
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
             "position": {"step": self.step, "epoch": self.epoch, "offset": self.offset, "inner": self.inner},
@@ -601,8 +625,11 @@ class Trainer:
                 f"{self.out / 'resume.pt'}: the run trained on {state['num_pairs']} pairs but the data given has "
                 f"{len(self.sampler)}; resume with the same training data"
             )
-        self.model.embedding.weight.data.copy_(state["embedding"])
+        self.model.embedding.weight.data.copy_(state["model"]["embedding"])
+        self.model.lstms.load_state_dict(state["model"].get("lstm") or {})
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.dense_optimizer:
+            self.dense_optimizer.load_state_dict(state["dense_optimizer"])
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"])
@@ -673,14 +700,20 @@ class Trainer:
 
     def train_step(self, ids: torch.Tensor, offsets: torch.Tensor, valid: list[torch.Tensor]) -> float | None:
         """One update on a mini-batch: gather the rows it uses, pool, margin loss (plus the distillation
-        loss with --distill), row-sparse gradient."""
+        loss with --distill), row-sparse gradient for the table, dense for LSTM weights."""
         bags = len(offsets)
+        if self.args.scramble_rate:
+            ids = scramble(ids, offsets, self.args.scramble_rate)
         if self.distill is not None:
             d_ids, d_offsets, targets = self.distill.batch(self.step, self.device)
             ids, offsets = torch.cat([ids, d_ids]), torch.cat([offsets, d_offsets + len(ids)])
-        rows, local = torch.unique(ids, return_inverse=True)
+        parts = self.model.split_parts(ids, offsets)
+        rows, local = torch.unique(torch.cat([p[0] for p in parts]), return_inverse=True)
         sub = self.model.embedding.weight.data.index_select(0, rows).requires_grad_()
-        vectors = mean_pool(sub, local, offsets, self.args.dropout)
+        local_parts = zip(local.split([len(p[0]) for p in parts]), (p[1] for p in parts), strict=True)
+        if self.dense_optimizer:
+            self.dense_optimizer.zero_grad()
+        vectors = self.model.pool_parts(sub, list(local_parts), self.args.dropout)
         parts = vectors[:bags].split(len(valid[0]))
         if self.args.one_sided:
             loss = margin_loss(parts[0], parts[1], parts[2], None, self.args.delta, valid[0])
@@ -692,11 +725,14 @@ class Trainer:
         if self.step + 1 in self.nan_steps:
             loss = loss * math.nan  # test hook: a NaN loss, and NaN gradients through it
         loss.backward()
-        if not (torch.isfinite(loss) & torch.isfinite(sub.grad).all()).item():
+        grads = [sub.grad] + [p.grad for p in self.dense]
+        if not (torch.isfinite(loss) & torch.stack([torch.isfinite(g).all() for g in grads]).all()).item():
             return self.non_finite(loss.item())
         if self.args.grad_clip:
-            clip_gradient(sub.grad, self.args.grad_clip)
+            clip_gradient(grads, self.args.grad_clip)
         self.optimizer.step(rows, sub.grad)
+        if self.dense_optimizer:
+            self.dense_optimizer.step()
         return loss.item()
 
     def non_finite(self, loss: float) -> None:
@@ -742,8 +778,8 @@ class Trainer:
         Its time is counted apart, so pairs/s measures training alone."""
         if self.saved_at == self.step:
             return
-        if not torch.isfinite(self.model.embedding.weight).all():  # never save a broken table
-            raise self.stopped(f"the embedding table is not finite at update {self.step}")
+        if not all(torch.isfinite(p).all() for p in self.model.parameters()):  # never save a broken model
+            raise self.stopped(f"the model's weights are not finite at update {self.step}")
         self.saved_at, start = self.step, time.perf_counter()
         self._save()
         self.seconds["save"] += time.perf_counter() - start
@@ -829,6 +865,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="paraphrase",
         help="bitext: negatives only from the other language (default: paraphrase)",
     )
+    p.add_argument(
+        "--model",
+        default="sp",
+        type=model_spec,
+        help="encoder: sp (default), word, trigram, lstm, blstm (LSTMs over sentencepiece pieces), lstm-word, "
+        "blstm-word; several joined by commas (e.g. word,trigram) are trained jointly, see --combine",
+    )
+    p.add_argument(
+        "--combine",
+        choices=["add", "concat"],
+        default="add",
+        help="how the vectors of several --model parts make one: add (same dim) or concat (default add)",
+    )
+    p.add_argument(
+        "--scramble-rate",
+        type=float,
+        help="shuffle a training sentence's token order with this probability (default 0.3 for LSTMs, else 0)",
+    )
+    p.add_argument(
+        "--max-types", type=int, default=200_000, help="vocabulary of word and trigram models (default 200000)"
+    )
     p.add_argument("--sp-model", type=Path, help="sentencepiece model to use (default: train one on the pairs)")
     p.add_argument(
         "--init-from",
@@ -909,7 +966,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--batch-size must be at least 2 (negatives come from the batch)")
     if not 0.0 <= args.dropout < 1.0:
         p.error("--dropout must be in [0, 1)")
+    if not 0.0 <= (args.scramble_rate or 0.0) <= 1.0 or args.max_types < 1:
+        p.error("--scramble-rate must be in [0, 1] and --max-types at least 1")
     return args
+
+
+PART_NAMES = {
+    "sp": ("mean", "sp"),
+    "word": ("mean", "word"),
+    "trigram": ("mean", "trigram"),
+    **{f"{lstm}{suffix}": (lstm, tokens or "sp") for lstm in ("lstm", "blstm") for suffix, tokens in
+       (("", None), ("-sp", "sp"), ("-word", "word"), ("-trigram", "trigram"))},
+}  # fmt: skip
+
+
+def model_spec(text: str) -> str:
+    """--model as a canonical comma-separated list of part names (an argparse type)."""
+    names = [n.strip().lower() for n in text.split(",")]
+    unknown = [n for n in names if n not in PART_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown encoder {unknown[0]!r}; choose from {', '.join(PART_NAMES)}")
+    return ",".join(names)
+
+
+def model_parts(spec: str) -> list[tuple[str, str]]:
+    """(pooling, tokens) of each part of a --model spec."""
+    return [PART_NAMES[n] for n in spec.split(",")]
 
 
 def check_inputs(args: argparse.Namespace) -> None:
@@ -942,60 +1024,71 @@ def check_resume_args(args: argparse.Namespace, state: dict, out: Path) -> None:
         raise InputError(f"{out / 'resume.pt'}: cannot resume with different settings ({diff})")
 
 
-def sentencepiece_and_source(
-    args: argparse.Namespace, state: dict | None, out: Path, threads: int, init: SPModel | None = None
-):
-    """The tokenizer (given, resumed, from --init-from, or trained on the pairs) and the pair source."""
-    if state is None and init is not None:
-        state = {"sp_model": init.tokenizer.sp_model, "lowercase": init.tokenizer.lowercase}
+def sentencepiece_tokenizer(args: argparse.Namespace, out: Path, threads: int, lowercase: bool) -> Tokenizer:
+    """The --sp-model, or one trained on the pairs and saved as sp.model."""
+    if args.sp_model is not None:
+        return Tokenizer(read_sp_model(args.sp_model), lowercase)
+    tqdm.write(f"training a sentencepiece model ({args.vocab_size} pieces) on {args.train_file}")
+    sp = sentencepiece_from_text(args.train_file, args.vocab_size, lowercase, args.skip_bad_lines, threads, out)
+    with atomic_output(out / "sp.model") as f:
+        f.write(sp)
+    return Tokenizer(sp, lowercase)
+
+
+def new_model(args: argparse.Namespace, out: Path, threads: int, lowercase: bool, sp: Tokenizer | None = None) -> Model:
+    """A fresh --model: its tokenizers (sentencepiece given or trained, word and trigram vocabularies counted
+    on the pairs), a table drawn from N(0, 1) with the run's seed (as the reference), seeded LSTM weights."""
+    parts = model_parts(args.model)
+    tokenizers = []
+    for _, tokens in parts:
+        if tokens == "sp":
+            sp = sp or sentencepiece_tokenizer(args, out, threads, lowercase)
+            tokenizers.append(sp)
+        else:
+            tqdm.write(f"counting the {tokens}s of {args.train_file} (top {args.max_types} kept)")
+            texts = (src + tgt for src, tgt in iter_pairs(args.train_file, args.skip_bad_lines))
+            tokenizers.append(TOKENIZERS[tokens](build_vocab(tokens, texts, args.max_types, lowercase), lowercase))
+    table = torch.randn(sum(map(len, tokenizers)), args.dim, generator=torch.Generator().manual_seed(args.seed))
+    if parts == [("mean", "sp")]:
+        return SPModel(tokenizers[0], table, {"source": "train.py"})
+    torch.manual_seed(args.seed)  # the LSTMs' initial weights
+    return Model(tokenizers, [pool for pool, _ in parts], table, {"source": "train.py"}, args.combine)
+
+
+def model_and_source(args: argparse.Namespace, state: dict | None, out: Path, threads: int, init: Model | None):
+    """The model (resumed, from --init-from, or new) and the source of its tokenized pairs."""
+    model = from_checkpoint(state["model"], out / "resume.pt") if state is not None else init
     if args.train_shards:
         paths = shard_paths(args.train_shards)
-        if state is None and args.sp_model is None:
+        tokens = model_parts(args.model)
+        if len(tokens) != 1 or tokens[0][1] != "sp":
+            raise InputError(f"--train-shards hold sentencepiece ids; a {args.model} model trains from --train-file")
+        if model is None and args.sp_model is None:
             raise InputError("--train-shards needs --sp-model: the sentencepiece model the shards were encoded with")
-        sp = state["sp_model"] if state is not None else read_sp_model(args.sp_model)
-        source = ShardSet(paths, sp)
+        source = ShardSet(paths, model.sp_tokenizer.sp_model if model else read_sp_model(args.sp_model))
         if args.lowercase is not None and args.lowercase != source.lowercase:
             raise InputError(f"{paths[0]}: the shards were encoded with lowercase={source.lowercase}")
-        return Tokenizer(sp, source.lowercase), source
-    lowercase = True if args.lowercase is None else args.lowercase
-    if state is not None:
-        tokenizer = Tokenizer(state["sp_model"], state["lowercase"])
-    elif args.sp_model is not None:
-        open_input(args.sp_model)
-        tokenizer = Tokenizer(read_sp_model(args.sp_model), lowercase)
-    else:
-        open_input(args.train_file)
-        tqdm.write(f"training a sentencepiece model ({args.vocab_size} pieces) on {args.train_file}")
-        tokenizer = Tokenizer(
-            sentencepiece_from_text(args.train_file, args.vocab_size, lowercase, args.skip_bad_lines, threads, out),
-            lowercase,
-        )
-        with atomic_output(out / "sp.model") as f:
-            f.write(tokenizer.sp_model)
+        return model or new_model(args, out, threads, source.lowercase), source
+    open_input(args.train_file)
+    model = model or new_model(args, out, threads, True if args.lowercase is None else args.lowercase)
     tqdm.write(f"tokenizing {args.train_file}")
-    return tokenizer, tokenize_pairs(args.train_file, tokenizer, args.skip_bad_lines, threads)
+    return model, tokenize_pairs(args.train_file, model, args.skip_bad_lines, threads)
 
 
-def initial_model(tokenizer: Tokenizer, args: argparse.Namespace, init: SPModel | None = None) -> SPModel:
-    """The --init-from table, else embeddings drawn from N(0, 1) with the run's seed (as the reference)."""
-    if init is not None:
-        return SPModel(tokenizer, init.embedding.weight.detach().clone(), {"source": "train.py"})
-    gen = torch.Generator().manual_seed(args.seed)
-    table = torch.randn(len(tokenizer), args.dim, generator=gen)
-    return SPModel(tokenizer, table, {"source": "train.py"})
-
-
-def load_init_model(args: argparse.Namespace) -> SPModel | None:
-    """The --init-from model, whose dimension becomes the run's (recorded for --resume checks)."""
+def load_init_model(args: argparse.Namespace) -> Model | None:
+    """The --init-from model, whose dimension, parts and combination become the run's (recorded for
+    --resume checks); it starts with a config of its structure only."""
     if args.init_from is None:
         return None
     if args.sp_model is not None:
-        raise InputError("--init-from brings its own sentencepiece model: drop --sp-model")
+        raise InputError("--init-from brings its own tokenizers: drop --sp-model")
     init = load_model(args.init_from)
-    if init.piece_rows is not None:
+    if getattr(init, "piece_rows", None) is not None:
         raise InputError(f"{args.init_from}: an original-release model cannot be trained on; load and save it first")
-    args.dim = init.dim
-    return init
+    state = init.checkpoint()
+    state["config"] = {k: v for k, v in state["config"].items() if k in STRUCTURE} | {"source": "train.py"}
+    args.dim, args.model, args.combine = init.embedding.embedding_dim, init.kind.replace("+", ","), init.combine
+    return from_checkpoint(state, args.init_from)
 
 
 def keep_freed_memory() -> None:
@@ -1023,22 +1116,26 @@ def main(argv: list[str] | None = None) -> int:
     state = load_resume_state(out) if args.resume else None
     if state is None and (out / "resume.pt").exists():
         raise InputError(f"{out}: already holds a training run; pass --resume to continue it or use another directory")
-    if state is not None:
-        if args.init_from is not None:
-            args.dim = state["args"]["dim"]  # the --init-from model's, as recorded
-        check_resume_args(args, state, out)
+    if state is not None and args.init_from is not None:
+        for name in ("dim", "model", "combine"):  # the --init-from model's, as recorded
+            setattr(args, name, state["args"][name])
     init = load_init_model(args) if state is None else None
-    tokenizer, source = sentencepiece_and_source(args, state, out, threads, init)
+    if args.scramble_rate is None:
+        args.scramble_rate = 0.3 if any(pool != "mean" for pool, _ in model_parts(args.model)) else 0.0
+    if state is not None:
+        check_resume_args(args, state, out)
+    model, source = model_and_source(args, state, out, threads, init)
     if len(source) < 2:
         raise InputError(f"{args.train_file or args.train_shards[0]}: need at least 2 training pairs")
     torch.manual_seed(args.seed)
-    model = initial_model(tokenizer, args, init).to(device)
+    model = model.to(device)
     trainer = Trainer(args, model, PairSampler(source, args.seed), out)
     if state is not None:
         trainer.load_state_dict(state)
     tqdm.write(
-        f"training {len(source)} pairs: dim {args.dim}, {len(tokenizer)} pieces, batch {args.batch_size}, "
-        f"M up to {args.megabatch_size}, {trainer.total_steps} updates, {args.optimizer}, {device}"
+        f"training {len(source)} pairs: {model.kind} model, dim {model.dim}, {model.embedding.num_embeddings} rows, "
+        f"batch {args.batch_size}, M up to {args.megabatch_size}, {trainer.total_steps} updates, {args.optimizer}, "
+        f"{device}"
     )
     try:
         return trainer.train()

@@ -73,3 +73,9 @@ def tiny_model_file(tiny_model, tmp_path) -> Path:
     path = tmp_path / "tiny.pt"
     tiny_model.save(path)
     return path
+
+
+def sp_model(sp_bytes: bytes, dim: int = 4) -> models.SPModel:
+    """An SP model with a zero table: enough to tokenize with."""
+    tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
+    return models.SPModel(tokenizer, torch.zeros(len(tokenizer), dim))

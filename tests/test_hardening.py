@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, generated_sentences
+from conftest import ROOT, generated_sentences, sp_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -310,7 +310,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(sp_file, pairs_file, 
     assert "update 7: the loss is nan; batch skipped" in capsys.readouterr().err
     state = train.load_resume_state(out)
     assert state["position"]["step"] == 20 and state["skipped"] == 1
-    assert torch.isfinite(state["embedding"]).all()
+    assert torch.isfinite(state["model"]["embedding"]).all()
 
 
 def test_nan_skip_counts_skipped_batches_and_leaves_the_table_alone(sp_file, pairs_file, tmp_path, monkeypatch):
@@ -318,7 +318,7 @@ def test_nan_skip_counts_skipped_batches_and_leaves_the_table_alone(sp_file, pai
     out = tmp_path / "run"
     assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "3", "--on-nan", "skip")) == 0
     tokenizer = models.Tokenizer(sp_file.read_bytes(), lowercase=True)
-    start = train.initial_model(tokenizer, train.parse_args(train_args(pairs_file, sp_file, out)))
+    start = train.new_model(train.parse_args(train_args(pairs_file, sp_file, out)), out, 1, True, sp=tokenizer)
     assert torch.equal(weights(out / "model.pt"), start.embedding.weight.detach())
     last = [line for line in (out / "metrics.jsonl").read_text().splitlines() if '"train"' in line][-1]
     assert '"skipped": 3' in last
@@ -336,7 +336,7 @@ def test_a_non_finite_table_is_never_saved(sp_file, pairs_file, tmp_path, monkey
     monkeypatch.setattr(train.LazyAdam, "step", breaking_step)
     out = tmp_path / "run"
     assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "12", "--save-every", "4")) == train.NAN_EXIT
-    assert "the embedding table is not finite at update 8" in capsys.readouterr().err
+    assert "the model's weights are not finite at update 8" in capsys.readouterr().err
     assert train.load_resume_state(out)["position"]["step"] == 4 and torch.isfinite(weights(out / "model.pt")).all()
 
 
@@ -467,7 +467,7 @@ def test_damaged_sentencepiece_models_name_the_file(sp_bytes, pairs_file, tmp_pa
 
 @pytest.fixture
 def shard_file(sp_bytes, pairs_file, tmp_path) -> Path:
-    source = train.tokenize_pairs(pairs_file, models.Tokenizer(sp_bytes, True), skip_bad=False, threads=1)
+    source = train.tokenize_pairs(pairs_file, sp_model(sp_bytes), skip_bad=False, threads=1)
     path = tmp_path / "good.h5"
     shards.write_shard(path, *source.read(0, len(source)), sp_bytes, lowercase=True)
     return path

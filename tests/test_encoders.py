@@ -1,0 +1,244 @@
+"""The seed papers' other encoders: WORD, TRIGRAM, LSTM, BLSTM and their sums and concatenations."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, generated_sentences
+
+import models
+import train
+
+WORDS = ["a", "man", "dog", "the", "runs"]
+
+
+def word_model(dim: int = 6, pooling: str = "mean") -> models.Model:
+    torch.manual_seed(0)
+    tokenizer = models.WordTokenizer(WORDS)
+    return models.Model([tokenizer], [pooling], torch.randn(len(tokenizer), dim))
+
+
+def test_word_vocabulary_keeps_the_most_frequent_types_ties_by_type():
+    texts = ["B a a c", "b d a", "c c B", "e"]  # after lowercasing: a 3, b 3, c 3, d 1, e 1
+    assert models.build_vocab("word", [texts[:2], texts[2:]], max_types=4) == ["a", "b", "c", "d"]
+    assert models.build_vocab("word", [texts], max_types=2) == ["a", "b"]
+    assert models.build_vocab("word", [texts], max_types=2, lowercase=False) == ["a", "c"]  # a 3, c 3, B 2
+
+
+def test_word_tokenizer_lowercases_splits_on_whitespace_and_maps_unknown_words_to_zero():
+    tokenizer = models.WordTokenizer(WORDS)
+    flat, lengths = tokenizer.encode_flat(["The  man\truns", "", "A cat."])
+    assert lengths.tolist() == [3, 0, 2]
+    assert flat.tolist() == [4, 2, 5, 1, 0]  # ids are 1 + the vocabulary index; "cat." is unknown
+    assert len(tokenizer) == len(WORDS) + 1
+
+
+def test_trigrams_pad_the_sentence_with_one_space_at_each_end():
+    keys, lengths = models.trigram_keys(["ab", "", "xyz", "é😀"])
+    assert lengths.tolist() == [2, 0, 3, 2]
+    assert [models.trigram_text(int(k)) for k in keys] == [" ab", "ab ", " xy", "xyz", "yz ", " é😀", "é😀 "]
+
+
+def test_trigram_tokenizer_vocabulary_and_unknown_trigrams():
+    texts = ["ab ab", "Ab"]  # lowercased and padded: " ab ab " and " ab "
+    vocab = models.build_vocab("trigram", [texts], max_types=2)
+    assert vocab == [" ab", "ab "]  # 3 times each; "b a" once
+    tokenizer = models.TrigramTokenizer(vocab)
+    flat, lengths = tokenizer.encode_flat(["AB", "abc", ""])
+    assert lengths.tolist() == [2, 3, 0]
+    assert flat.tolist() == [1, 2, 1, 0, 0]  # " ab" "ab " | " ab" "abc"(unknown) "bc "(unknown)
+    with pytest.raises(models.ModelError, match="three characters"):
+        models.TrigramTokenizer(["abcd"])
+
+
+def test_word_average_is_the_mean_of_the_word_rows_and_unknown_or_empty_use_row_zero():
+    model = word_model()
+    table = model.embedding.weight.detach().numpy()
+    got = model.embed_raw_text(["the dog runs", "", "cat"])
+    np.testing.assert_allclose(got[0], table[[4, 3, 5]].mean(0), rtol=1e-6)
+    np.testing.assert_allclose(got[1], table[0], rtol=1e-6)
+    np.testing.assert_allclose(got[2], table[0], rtol=1e-6)
+
+
+def hand_lstm(lstm: torch.nn.LSTM, rows: np.ndarray, reverse: bool = False) -> np.ndarray:
+    """The LSTM equations run step by step in numpy; returns the mean hidden state over time."""
+    suffix = "_reverse" if reverse else ""
+    w_ih, w_hh = (getattr(lstm, f"weight_{k}_l0{suffix}").detach().numpy() for k in ("ih", "hh"))
+    bias = sum(getattr(lstm, f"bias_{k}_l0{suffix}").detach().numpy() for k in ("ih", "hh"))
+    h = c = np.zeros(lstm.hidden_size)
+    states = []
+    for x in rows[::-1] if reverse else rows:
+        i, f, g, o = np.split(w_ih @ x + w_hh @ h + bias, 4)
+        sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+        c = sig(f) * c + sig(i) * np.tanh(g)
+        h = sig(o) * np.tanh(c)
+        states.append(h)
+    return np.mean(states, axis=0)
+
+
+@pytest.mark.parametrize("pooling", ["lstm", "blstm"])
+def test_lstm_pooling_averages_hidden_states_over_time(pooling):
+    model = word_model(pooling=pooling)
+    lstm = model.lstms["0"]
+    table = model.embedding.weight.detach().numpy().astype(np.float64)
+    texts = ["the dog runs", "a man", "dog"]  # different lengths in one padded batch
+    got = model.embed_raw_text(texts)
+    for text, vector in zip(texts, got, strict=True):
+        rows = table[model.token_ids([text])[0]]
+        expect = hand_lstm(lstm, rows)
+        if pooling == "blstm":
+            expect = (expect + hand_lstm(lstm, rows, reverse=True)) / 2  # forward and backward averaged
+        np.testing.assert_allclose(vector, expect, rtol=1e-4, atol=1e-6)
+    assert got.shape == (3, 6)
+
+
+@pytest.mark.parametrize("combine", ["add", "concat"])
+def test_combined_parts_are_added_or_concatenated(sp_bytes, combine):
+    sp = models.Tokenizer(sp_bytes, lowercase=True)
+    word, trigram = models.WordTokenizer(WORDS), models.TrigramTokenizer([" th", "the", "he "])
+    parts = [sp, word, trigram]
+    torch.manual_seed(1)
+    table = torch.randn(sum(map(len, parts)), 4)
+    model = models.Model(parts, ["mean", "mean", "lstm"], table, combine=combine)
+    text = "The dog"
+    one = []
+    for k, tokenizer in enumerate(parts):
+        alone = models.Model([tokenizer], [model.poolings[k]], table[model.starts[k] : model.starts[k + 1]])
+        if k == 2:
+            alone.lstms["0"].load_state_dict(model.lstms["2"].state_dict())
+        one.append(alone.embed_raw_text([text])[0])
+    expect = np.concatenate(one) if combine == "concat" else np.sum(one, axis=0)
+    np.testing.assert_allclose(model.embed_raw_text([text])[0], expect, rtol=1e-5, atol=1e-6)
+    assert model.dim == (12 if combine == "concat" else 4)
+
+
+def test_interleave_and_split_parts_are_inverse():
+    a = (np.array([1, 2, 3]), np.array([2, 0, 1]))
+    b = (np.array([10, 11, 12, 13]), np.array([1, 2, 1]))
+    flat, lengths = models.interleave([a, b])
+    assert flat.tolist() == [1, 2, 10, 11, 12, 3, 13] and lengths.tolist() == [3, 2, 2]
+    model = models.Model(
+        [models.WordTokenizer(["x"] * 9), models.WordTokenizer(["y"] * 9)], ["mean"] * 2, torch.zeros(20, 2)
+    )
+    ids, offsets = model.rows_and_offsets(flat, lengths)
+    (i0, o0), (i1, o1) = model.split_parts(ids, offsets)
+    assert i0.tolist() == [1, 2, 3] and o0.tolist() == [0, 2, 2]
+    assert i1.tolist() == [10, 11, 12, 13] and o1.tolist() == [0, 1, 3]
+
+
+def test_scramble_permutes_tokens_within_each_bag_only():
+    ids = torch.arange(40)
+    offsets = torch.tensor([0, 10, 25, 30])
+    assert torch.equal(train.scramble(ids, offsets, 0.0), ids)
+    torch.manual_seed(0)
+    mixed = train.scramble(ids, offsets, 1.0)
+    bounds = [*offsets.tolist(), 40]
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        assert sorted(mixed[lo:hi].tolist()) == list(range(lo, hi))
+    assert not torch.equal(mixed, ids)
+
+
+@pytest.fixture
+def pairs_file(tmp_path):
+    left, right = generated_sentences(300, seed=1), generated_sentences(300, seed=2)
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"{a}\t{b}\n" for a, b in zip(left, right, strict=True)))
+    return path
+
+
+def train_args(pairs_file, out, model: str, *extra) -> list[str]:
+    return [
+        "--train-file", str(pairs_file), "--output-dir", str(out), "--model", model, "--dim", "8",
+        "--vocab-size", "100", "--batch-size", "16", "--megabatch-size", "2", "--megabatch-anneal", "0",
+        "--threads", "1", "--log-every", "5", *extra,
+    ]  # fmt: skip
+
+
+KINDS = ["word", "trigram", "lstm", "blstm-word", "word,trigram", "sp,lstm-trigram"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_trains_saves_and_runs_through_load_model_and_the_scripts(pairs_file, tmp_path, kind):
+    out = tmp_path / "run"
+    assert train.main(train_args(pairs_file, out, kind, "--max-steps", "6", "--combine", "concat")) == 0
+    model = models.load_model(out / "model.pt")
+    assert model.kind == kind.replace(",", "+") and type(model) is models.Model
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("a man is riding\n\nthe quiet river\n")
+    vectors = tmp_path / "v.npy"
+    run = [sys.executable, str(ROOT / "embed_sentences.py"), "--sentence-file", str(sentences)]
+    subprocess.run([*run, "--load-file", str(out / "model.pt"), "--output-file", str(vectors)], check=True)
+    np.testing.assert_allclose(
+        np.load(vectors), model.embed_raw_text(["a man is riding", "", "the quiet river"]), rtol=1e-5, atol=1e-6
+    )
+    scored = tmp_path / "scored.tsv"
+    pairs = tmp_path / "p.txt"
+    pairs.write_text("a man is riding\ta man rides\n")
+    score = [sys.executable, str(ROOT / "score_sentence_pairs.py"), "--sentence-pair-file", str(pairs)]
+    subprocess.run([*score, "--load-file", str(out / "model.pt"), "--output-file", str(scored)], check=True)
+    expect = model.score_raw_text([("a man is riding", "a man rides")])[0]
+    assert float(scored.read_text().split("\t")[-1]) == pytest.approx(expect, abs=1e-5)
+
+
+def test_lstm_training_moves_the_lstm_weights_and_resumes_bit_identically(pairs_file, tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert train.main(train_args(pairs_file, straight, "blstm", "--max-steps", "12")) == 0
+    assert train.main(train_args(pairs_file, resumed, "blstm", "--max-steps", "6")) == 0
+    assert train.main(train_args(pairs_file, resumed, "blstm", "--max-steps", "12", "--resume")) == 0
+    a, b = (torch.load(d / "model.pt", weights_only=True) for d in (straight, resumed))
+    assert torch.equal(a["embedding"], b["embedding"])
+    assert all(torch.equal(a["lstm"][k], b["lstm"][k]) for k in a["lstm"])
+    torch.manual_seed(train.parse_args(train_args(pairs_file, straight, "blstm")).seed)
+    untrained = torch.nn.LSTM(8, 8, batch_first=True, bidirectional=True)
+    assert not torch.equal(untrained.weight_hh_l0, a["lstm"]["0.weight_hh_l0"])
+    assert a["config"]["training"]["args"]["scramble_rate"] == 0.3  # the LSTM default
+
+
+def test_resume_refuses_another_encoder(pairs_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main(train_args(pairs_file, out, "word", "--max-steps", "2")) == 0
+    assert train.main(train_args(pairs_file, out, "trigram", "--max-steps", "4", "--resume")) == 2
+    assert "--model word -> trigram" in capsys.readouterr().err
+
+
+def test_shards_hold_sentencepiece_ids_so_other_tokens_are_refused(pairs_file, tmp_path, capsys):
+    shard = tmp_path / "x.h5"
+    shard.write_bytes(b"")
+    args = [
+        "--train-shards",
+        str(shard),
+        "--output-dir",
+        str(tmp_path / "o"),
+        "--model",
+        "word",
+        "--sp-model",
+        str(shard),
+    ]
+    assert train.main(args) == 2
+    assert "a word model trains from --train-file" in capsys.readouterr().err
+
+
+def test_unknown_encoder_is_a_usage_error(pairs_file, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.parse_args(train_args(pairs_file, tmp_path, "gru"))
+    assert e.value.code == 2 and "unknown encoder 'gru'" in capsys.readouterr().err
+
+
+def test_word_vocabulary_is_counted_on_both_sides_of_the_training_pairs(pairs_file, tmp_path):
+    out = tmp_path / "run"
+    assert train.main(train_args(pairs_file, out, "word", "--max-steps", "1", "--max-types", "5")) == 0
+    counts = Counter(w for line in pairs_file.read_text().lower().splitlines() for w in line.split())
+    expect = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]]
+    assert torch.load(out / "model.pt", weights_only=True)["vocabs"] == [expect]
+
+
+def test_only_sp_models_export_to_static_embedding_folders(tmp_path):
+    import interop
+
+    with pytest.raises(models.ModelError, match="a word model cannot be exported"):
+        interop.export_folder(word_model(), tmp_path / "out")
