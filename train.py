@@ -1,7 +1,11 @@
-"""Train an SP model with the margin loss and mega-batch hard negatives (Wieting et al., eq. 1-2).
+"""Train a sentence encoder with the margin loss and mega-batch hard negatives (Wieting et al., eq. 1-2).
 
     python train.py --train-file pairs.tsv.gz --output-dir runs/sp [--mode paraphrase|bitext] ...
     python train.py --train-shards shards/ --sp-model sp.model --output-dir runs/sp ...
+    python train.py --train-file pairs.tsv.gz --model word,trigram --combine concat --output-dir runs/wt
+
+The encoder is SP by default; --model picks the seed papers' others (word, trigram, lstm, blstm, and
+sums or concatenations of several); they share the table, the optimizer and the checkpoint format.
 
 For a pair (s, t) the loss is [delta - cos(g(s), g(t)) + cos(g(s), g(t'))]_+, where t' is the most
 similar sentence of the mega-batch under the current parameters that is neither t, nor a copy of s or
@@ -41,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+import distributed
 from fileio import (
     InputError,
     atomic_output,
@@ -647,15 +652,22 @@ class Trainer:
     def train(self) -> int:
         """Run until --epochs or --max-steps; a first Ctrl-C saves and stops (exit 130)."""
         args = self.args
-        bar = tqdm(total=self.total_steps, initial=self.step, unit="step", file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.step,
+            unit="step",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            disable=not distributed.is_main(),
+        )  # DDP hook: rank 0 alone shows progress
         window = {"loss": 0.0, "steps": 0, "pairs": 0, "time": time.perf_counter(), "saved": 0.0}
         with bar, self._sigint_saves():
-            while self.step < self.total_steps and not self.stop_requested:
+            while self.step < self.total_steps and not distributed.any_rank(self.stop_requested):  # DDP hook
                 if self.megabatch is None and not self._next_megabatch():
                     continue
                 mb = self.megabatch
                 m = math.ceil(mb.n / args.batch_size)
-                while self.inner < m and self.step < self.total_steps and not self.stop_requested:
+                while self.inner < m and self.step < self.total_steps and not distributed.any_rank(self.stop_requested):
                     lo, start = self.inner * args.batch_size, time.perf_counter()
                     loss = self.train_step(*mb.minibatch(lo, min(lo + args.batch_size, mb.n), args.one_sided))
                     self.seconds["update"] += time.perf_counter() - start
@@ -694,6 +706,7 @@ class Trainer:
         self.megabatch = MegaBatch(self.model, data, self.device)
         read = time.perf_counter()
         self.megabatch.mine(self.model, self.args.mode == "bitext", self.mine_dtype)
+        self.megabatch = distributed.rank_view(self.megabatch, data)  # DDP hook: this rank's slices, global positions
         self.seconds["read"] += read - start
         self.seconds["mine"] += time.perf_counter() - read
         return True
@@ -725,12 +738,14 @@ class Trainer:
         if self.step + 1 in self.nan_steps:
             loss = loss * math.nan  # test hook: a NaN loss, and NaN gradients through it
         loss.backward()
-        grads = [sub.grad] + [p.grad for p in self.dense]
+        rows, grad, loss = distributed.all_reduce_rows(rows, sub.grad, loss)  # DDP hook: sum over ranks
+        distributed.all_reduce_mean_([p.grad for p in self.dense])  # DDP hook: the LSTM weights' gradients
+        grads = [grad] + [p.grad for p in self.dense]
         if not (torch.isfinite(loss) & torch.stack([torch.isfinite(g).all() for g in grads]).all()).item():
             return self.non_finite(loss.item())
         if self.args.grad_clip:
             clip_gradient(grads, self.args.grad_clip)
-        self.optimizer.step(rows, sub.grad)
+        self.optimizer.step(rows, grad)
         if self.dense_optimizer:
             self.dense_optimizer.step()
         return loss.item()
@@ -768,6 +783,8 @@ class Trainer:
         window.update(loss=0.0, steps=0, pairs=0, time=now, saved=self.seconds["save"])
 
     def _metrics(self, record: dict) -> None:
+        if not distributed.is_main():  # DDP hook: rank 0 alone writes metrics.jsonl
+            return
         path = self.out / "metrics.jsonl"
         with reporting_full_disk(path, "resume.pt keeps the last checkpoint"), open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps({**record, "time": time.time()}) + "\n")
@@ -781,7 +798,7 @@ class Trainer:
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):  # never save a broken model
             raise self.stopped(f"the model's weights are not finite at update {self.step}")
         self.saved_at, start = self.step, time.perf_counter()
-        self._save()
+        distributed.main_writes(self._save)  # DDP hook: rank 0 saves, the others wait
         self.seconds["save"] += time.perf_counter() - start
 
     def _save(self) -> None:
@@ -851,7 +868,7 @@ def plain_args(args: argparse.Namespace) -> dict:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="paraphrastic-train",
-        description="Train an SP sentence encoder with the margin loss and mega-batch hard negatives.",
+        description="Train a sentence encoder (SP by default) with the margin loss and mega-batch hard negatives.",
         epilog="On caption paraphrases keep --megabatch-size small (1 was best on Multi30k captions): large "
         "mega-batches mine captions of near-identical images as negatives and training collapses.",
     )
@@ -958,6 +975,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --output-dir")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    distributed.add_arguments(p)  # DDP hook: --global-megabatch, --dist-backend
     args = p.parse_args(argv)
     for name in ("dim", "batch_size", "megabatch_size", "epochs", "vocab_size", "log_every"):
         if getattr(args, name) < 1:
@@ -1104,6 +1122,7 @@ def keep_freed_memory() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Train (or resume) a model; returns the exit status."""
     args = parse_args(argv)
+    distributed.setup(args)  # DDP hook: join torchrun's process group; batch sizes become the run's
     keep_freed_memory()
     threads = args.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
@@ -1124,7 +1143,8 @@ def main(argv: list[str] | None = None) -> int:
         args.scramble_rate = 0.3 if any(pool != "mean" for pool, _ in model_parts(args.model)) else 0.0
     if state is not None:
         check_resume_args(args, state, out)
-    model, source = model_and_source(args, state, out, threads, init)
+    with distributed.rank_zero_first(args):  # DDP hook: rank 0 trains sentencepiece, the others reuse it
+        model, source = model_and_source(args, state, out, threads, init)
     if len(source) < 2:
         raise InputError(f"{args.train_file or args.train_shards[0]}: need at least 2 training pairs")
     torch.manual_seed(args.seed)
@@ -1132,6 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer = Trainer(args, model, PairSampler(source, args.seed), out)
     if state is not None:
         trainer.load_state_dict(state)
+    distributed.attach(trainer, PairData)  # DDP hook: this rank's share of the data from here on
     tqdm.write(
         f"training {len(source)} pairs: {model.kind} model, dim {model.dim}, {model.embedding.num_embeddings} rows, "
         f"batch {args.batch_size}, M up to {args.megabatch_size}, {trainer.total_steps} updates, {args.optimizer}, "

@@ -4,18 +4,19 @@
 #   bash scripts/compare_encoders.sh                 (from the repo root; every encoder)
 #   bash scripts/compare_encoders.sh word lstm       (a subset, by the names below)
 #
-# Data: 100,000 English caption paraphrase pairs (a seeded sample of the Multi30k task 2 pairs in
-# ${PARAPHRASTIC_DATA:-../shared/data}/train/en_paraphrase), one epoch (781 updates of 128 pairs), M = 1
+# Data: 50,000 English caption paraphrase pairs (a seeded sample of the Multi30k task 2 pairs in
+# ${PARAPHRASTIC_DATA:-../shared/data}/train/en_paraphrase), one epoch (391 updates of 128 pairs), M = 1
 # (captions collapse with larger mega-batches), dim 300, lr 0.01 for the averaging encoders and 0.001
-# when an LSTM is involved. Checkpoints every 50 updates; best.pt is selected on STS 2017 en-en only.
+# when an LSTM is involved. Checkpoints every 25 updates; best.pt is selected on STS 2017 en-en only.
 # Then STS 2012-2016 and STS Benchmark dev are evaluated (eval.json), and embedding speed is measured
-# by benchmarks/bench_encoders.py. Outputs under runs/compare/<name>/.
+# by benchmarks/bench_encoders.py. Outputs under runs/compare/<name>/. THREADS=1 when the machine is shared.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 data=$(cd "${PARAPHRASTIC_DATA:-../shared/data}" && pwd)
 out=runs/compare
+threads=${THREADS:-$(nproc)}
 mkdir -p "$out"
 
 # name, --model, --combine, --lr
@@ -30,13 +31,13 @@ encoders=(
 )
 wanted=("$@")
 
-pairs="$out/captions100k.tsv"
+pairs="$out/captions50k.tsv"
 if [ ! -f "$pairs" ]; then
   python - "$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz" "$pairs" <<'PY'
 import gzip, sys
 import numpy as np
 lines = gzip.open(sys.argv[1], "rt", encoding="utf-8").read().splitlines()
-keep = np.sort(np.random.default_rng(0).permutation(len(lines))[:100_000])
+keep = np.sort(np.random.default_rng(0).permutation(len(lines))[:50_000])
 open(sys.argv[2], "w", encoding="utf-8").write("".join(lines[i] + "\n" for i in keep))
 PY
 fi
@@ -51,7 +52,7 @@ for spec in "${encoders[@]}"; do
   start=$(date +%s)
   python train.py --train-file "$pairs" --output-dir "$run" --model "$model" --combine "$combine" \
     --dim 300 --vocab-size 8000 --epochs 1 --batch-size 128 --megabatch-size 1 --lr "$lr" \
-    --save-every 50 --log-every 50 --dev-file "$data/sts/2017/en-en.tsv"
+    --save-every 25 --log-every 25 --threads "$threads" --dev-file "$data/sts/2017/en-en.tsv"
   echo "$(($(date +%s) - start))" >"$run/train_seconds.txt"
   python evaluate.py --load-file "$run/best.pt" --tasks sts,stsb --json "$run/eval.json" >"$run/eval.txt"
 done

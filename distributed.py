@@ -1,0 +1,376 @@
+"""Distributed data-parallel training for train.py with torch.distributed, launched by torchrun.
+
+    torchrun --standalone --nproc_per_node 2 train.py --train-file pairs.tsv --output-dir runs/ddp [--global-megabatch]
+
+train.py calls in here at a few marked points ("DDP hook"); without torchrun every hook leaves train.py as it
+was. Under torchrun with W ranks and --batch-size b:
+
+- The run's batch is B = W * b pairs: the trainer's positions, steps, mega-batches (M * B pairs) and resume state
+  are those of a single process with --batch-size B. Mini-batch k of a mega-batch is its positions
+  [kB, (k+1)B) and rank r trains on the r-th of W contiguous slices of it (slice sizes differ by at most one in an
+  epoch's last, short mini-batch; a rank whose slice would be empty takes one pair of it at weight zero, so that
+  every rank runs the same collectives). Ranks never train on the same pair.
+- Mining: by default each rank mines over its own slices of the mega-batch's M mini-batches (M * b pairs). With
+  --global-megabatch the ranks all-gather their slices (token ids and lengths) into the whole mega-batch, in epoch
+  order, and each mines it as one pool: a W-rank run then equals a single-process run with --batch-size W * b
+  (same pairs, same negatives, same updates) up to float summation order, with --dropout 0 (dropout masks are
+  drawn per rank).
+- Gradients: each rank weights its pairs so that the mean of the ranks' losses is the mini-batch's mean loss; the
+  row-sparse table gradients are all-gathered and summed over the union of rows in rank order (so every rank
+  applies the identical update) and divided by W; dense gradients are averaged with one all-reduce.
+- Outputs: rank 0 alone writes checkpoints, metrics.jsonl and the progress bar; the others wait at a barrier.
+- Resume: resume.pt holds the global position and the current mega-batch's negatives as global sentence indices,
+  so a run resumes at any world size that keeps B: the partly trained mega-batch is read whole and finished
+  with its saved negatives, exactly as the interrupted run would have; later mega-batches follow the new layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from fileio import InputError, atomic_output
+from models import resolve_device
+
+RANK, WORLD = 0, 1  # this process's rank and the number of ranks; setup() sets them under torchrun
+COMM_DEVICE = torch.device("cpu")  # where collectives' tensors live: this rank's GPU with NCCL
+DUMP_ENV = "PARAPHRASTIC_DDP_DUMP"  # test hook: a folder where every rank saves its final table as rank<R>.pt
+
+HELP = (
+    "Launched by torchrun (e.g. torchrun --standalone --nproc_per_node W train.py ...), training runs on W ranks: "
+    "--batch-size and --distill-batch-size are per rank, an update takes W x --batch-size pairs and the checkpoint "
+    "records that run batch. Each rank trains on its own contiguous slice of every mini-batch; gradients are summed "
+    "over ranks so an update follows the mean loss over all W x b pairs. Rank 0 writes all outputs. --resume "
+    "works at another world size if W x --batch-size stays the same: the saved mega-batch is finished with its "
+    "saved negatives, later ones are split for the new world size."
+)
+
+
+# ----------------------------------------------------------------------------- setup and small collectives
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a torchrun launch, in a --help group that says what a distributed run means."""
+    group = parser.add_argument_group("distributed training (torchrun)", HELP)
+    group.add_argument(
+        "--global-megabatch",
+        action="store_true",
+        help="mine negatives over the whole mega-batch of all ranks (W x b x M pairs, all-gathered): a W-rank run "
+        "then equals a single process with --batch-size W x b up to float rounding (with --dropout 0: masks are "
+        "drawn per rank); default: each rank mines its own b x M pairs",
+    )
+    group.add_argument(
+        "--dist-backend",
+        choices=["auto", "nccl", "gloo"],
+        default="auto",
+        help="collective backend; auto: NCCL with --device cuda, gloo on CPU",
+    )
+
+
+def setup(args: argparse.Namespace) -> None:
+    """Join the process group described by torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+    MASTER_PORT): one GPU per local rank with NCCL, gloo on CPU; turn the per-rank batch into the run's batch.
+    Without torchrun nothing changes."""
+    global RANK, WORLD, COMM_DEVICE
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return
+    device = resolve_device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        args.device = str(device)
+    backend = args.dist_backend if args.dist_backend != "auto" else "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl" and device.type != "cuda":
+        raise InputError("--dist-backend nccl needs --device cuda (NCCL moves GPU tensors); use gloo on CPU")
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    atexit.register(dist.destroy_process_group)
+    RANK, WORLD = dist.get_rank(), dist.get_world_size()
+    COMM_DEVICE = device if backend == "nccl" else torch.device("cpu")
+    args.batch_size *= WORLD
+    if args.distill_batch_size:
+        args.distill_batch_size *= WORLD
+    args.world_size = WORLD
+    if args.threads is None:  # share the node's cores between its ranks
+        args.threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    if RANK == 0:
+        print(f"distributed: {WORLD} ranks, {backend}, {args.batch_size} pairs per update", flush=True)
+
+
+def is_main() -> bool:
+    """True on rank 0 (and in a single process): the one process that writes outputs."""
+    return RANK == 0
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether `flag` is set on any rank, so that all ranks take the same branch (a Ctrl-C that torchrun forwards
+    reaches the ranks at different moments)."""
+    if WORLD == 1:
+        return flag
+    value = torch.tensor([float(flag)], device=COMM_DEVICE)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def main_writes(save: Callable[[], None]) -> None:
+    """Run `save` on rank 0 alone; the other ranks wait until its files are complete."""
+    if RANK == 0:
+        save()
+    if WORLD > 1:
+        dist.barrier()
+
+
+@contextlib.contextmanager
+def rank_zero_first(args: argparse.Namespace) -> Iterator[None]:
+    """Run the block on rank 0 first, then on the others; they then read the sentencepiece model rank 0 trained
+    and wrote to --output-dir instead of training their own. Alone: just the block."""
+    if WORLD == 1:
+        yield
+        return
+    dist.barrier()  # every rank has removed stale temporaries before rank 0 writes any
+    if RANK > 0:
+        dist.barrier()
+        trained = args.output_dir / "sp.model"
+        if args.train_file and args.sp_model is None and trained.exists():
+            args.sp_model = trained  # a resumed or --init-from run takes its own tokenizer first, as on rank 0
+    yield
+    if RANK == 0:
+        dist.barrier()
+
+
+def all_reduce_mean_(tensors: list[torch.Tensor]) -> None:
+    """Average tensors over the ranks in place, in one all-reduce: dense parameters' gradients (every rank passes
+    the same shapes in the same order) and the loss."""
+    if WORLD == 1 or not tensors:
+        return
+    flat = torch.cat([t.reshape(-1) for t in tensors]).to(COMM_DEVICE)
+    dist.all_reduce(flat)
+    flat /= WORLD
+    for t, part in zip(tensors, flat.split([t.numel() for t in tensors]), strict=True):
+        t.copy_(part.view_as(t))
+
+
+def all_gather_uneven(*tensors: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+    """Every rank's `tensors` in rank order. They share a first dimension whose size may differ between ranks:
+    the sizes are all-gathered first, then each tensor padded to the largest."""
+    device = tensors[0].device
+    size = torch.tensor([len(tensors[0])], device=COMM_DEVICE)
+    sizes = [torch.zeros_like(size) for _ in range(WORLD)]
+    dist.all_gather(sizes, size)
+    sizes = [int(s) for s in sizes]
+    gathered = []
+    for t in tensors:
+        padded = t.new_zeros((max(sizes), *t.shape[1:]), device=COMM_DEVICE)
+        padded[: len(t)] = t
+        parts = [torch.empty_like(padded) for _ in range(WORLD)]
+        dist.all_gather(parts, padded)
+        gathered.append([p[:n].to(device) for p, n in zip(parts, sizes, strict=True)])
+    return list(zip(*gathered, strict=True))
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+def merge_rows(rows: list[torch.Tensor], grads: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum row-sparse gradients (each with unique rows) into the sorted union of their rows, adding them in list
+    order: one index_add per part, so the result does not depend on the device's scheduling of atomic adds."""
+    union, inverse = torch.unique(torch.cat(rows), return_inverse=True)
+    total = grads[0].new_zeros(len(union), *grads[0].shape[1:])
+    for idx, grad in zip(inverse.split([len(r) for r in rows]), grads, strict=True):
+        total.index_add_(0, idx, grad)
+    return union, total
+
+
+def all_reduce_rows(
+    rows: torch.Tensor, grad: torch.Tensor, loss: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The update's global row-sparse gradient and loss, identical on every rank: the ranks' (rows, grad) summed
+    over the union of rows and divided by W, and the ranks' mean loss (each rank weighted its pairs so that both are
+    the mini-batch's). Alone: the arguments."""
+    if WORLD == 1:
+        return rows, grad, loss
+    parts = all_gather_uneven(rows, grad)
+    rows, grad = merge_rows([r for r, _ in parts], [g for _, g in parts])
+    loss = loss.detach().clone()
+    all_reduce_mean_([loss])
+    return rows, grad / WORLD, loss
+
+
+# ----------------------------------------------------------------------------- data
+
+
+class Layout(NamedTuple):
+    """Where a mega-batch comes from: `count` pairs from `start` of the epoch's order, mini-batches of `batch`;
+    `gathered`: the pool holds the whole mega-batch in order, else only this rank's slices."""
+
+    seed: int
+    epoch: int
+    start: int
+    count: int
+    batch: int
+    gathered: bool
+
+
+def rank_slices(count: int, batch: int, world: int, rank: int) -> list[tuple[int, int, bool]]:
+    """(lo, hi, owned) for each mini-batch of a mega-batch of `count` pairs: `rank`'s contiguous slice of its
+    positions, the W slices in rank order with sizes differing by at most one. A rank whose slice would be empty
+    gets one pair of that mini-batch instead, not owned (trained at weight zero)."""
+    slices = []
+    for start in range(0, count, batch):
+        size = min(batch, count - start)
+        lo, hi = start + rank * size // world, start + (rank + 1) * size // world
+        slices.append((lo, hi, True) if hi > lo else (lo, lo + 1, False))
+    return slices
+
+
+def pack_pairs(data) -> torch.Tensor:
+    """PairData as one int64 tensor: pairs, source ids, then lengths and ids of both sides."""
+    (src_ids, src_len), (tgt_ids, tgt_len) = data.src, data.tgt
+    head = np.array([len(src_len), len(src_ids)])
+    return torch.from_numpy(np.concatenate([head, src_len, tgt_len, src_ids, tgt_ids]).astype(np.int64))
+
+
+def unpack_pairs(packed: torch.Tensor, pair_data: type):
+    """The PairData that pack_pairs packed."""
+    flat = packed.cpu().numpy()
+    n, n_src = int(flat[0]), int(flat[1])
+    src_len, tgt_len = flat[2 : 2 + n], flat[2 + n : 2 + 2 * n]
+    ids = flat[2 + 2 * n :]
+    return pair_data((ids[:n_src], src_len), (ids[n_src:], tgt_len))
+
+
+class RankSampler:
+    """The trainer's sampler under torchrun: read() returns this rank's slices of a mega-batch or, with
+    --global-megabatch, the whole mega-batch all-gathered from every rank's slices, tagged with its Layout."""
+
+    def __init__(self, sampler, batch: int, gathered: bool, pair_data: type):
+        self.sampler, self.batch, self.gathered, self.pair_data = sampler, batch, gathered, pair_data
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def read(self, epoch: int, start: int, count: int):
+        """The pool of the mega-batch of `count` pairs (fewer at the end of the epoch) at `start`."""
+        count = min(count, len(self) - start)
+        slices = rank_slices(count, self.batch, WORLD, RANK)
+        if self.gathered:
+            data = self._gather(epoch, start, count)
+        else:
+            data = self.pair_data.concat([self.sampler.read(epoch, start + lo, hi - lo) for lo, hi, _ in slices])
+        data.layout = Layout(self.sampler.seed, epoch, start, count, self.batch, self.gathered)
+        return data
+
+    def _gather(self, epoch: int, start: int, count: int):
+        """Every rank reads the slices it owns; all-gathered and put in epoch order they are the mega-batch."""
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        owned = [(lo, hi) for lo, hi, own in rank_slices(count, self.batch, WORLD, RANK) if own]
+        mine = self.pair_data.concat(
+            [self.pair_data(empty, empty)] + [self.sampler.read(epoch, start + lo, hi - lo) for lo, hi in owned]
+        )
+        parts = [unpack_pairs(p, self.pair_data) for (p,) in all_gather_uneven(pack_pairs(mine))]
+        positions = np.concatenate(
+            [np.arange(lo, hi) for r in range(WORLD) for lo, hi, own in rank_slices(count, self.batch, WORLD, r) if own]
+        )
+        return self.pair_data.concat(parts).take(np.argsort(positions))
+
+
+def global_negatives(negatives: torch.Tensor, positions: np.ndarray, owned: np.ndarray, count: int) -> torch.Tensor:
+    """The negatives mined in this rank's pool as global sentence indices of the mega-batch (sources 0..count-1,
+    targets count..2count-1; -1: none), all-gathered from the ranks that own them: what resume.pt records."""
+    where = torch.as_tensor(positions, device=negatives.device)
+    sentence = torch.cat([where, where + count])  # pool sentence -> mega-batch sentence
+    keep = torch.as_tensor(owned, device=negatives.device).repeat(2)
+    mapped = torch.where(negatives >= 0, sentence[negatives.clamp_min(0)], -1)
+    out = torch.full((2 * count,), -1, dtype=torch.int64, device=negatives.device)
+    for anchors, negs in all_gather_uneven(sentence[keep], mapped[keep]):
+        out[anchors] = negs
+    return out
+
+
+class RankMegaBatch:
+    """This rank's view of a mined mega-batch of `n` pairs: the trainer asks for mini-batch [start, stop) in global
+    positions and gets this rank's slice, its validity scaled so that the ranks' mean loss is the mini-batch's
+    mean loss. `negatives` are global sentence indices (for resume.pt)."""
+
+    def __init__(self, pool, layout: Layout):
+        self.pool, self.layout, self.n = pool, layout, layout.count
+        slices = rank_slices(layout.count, layout.batch, WORLD, RANK)
+        sizes = [min(layout.batch, layout.count - lo) for lo in range(0, layout.count, layout.batch)]
+        self.weights = [
+            (hi - lo) * WORLD / size if own else 0.0 for (lo, hi, own), size in zip(slices, sizes, strict=True)
+        ]
+        if layout.gathered:
+            self.ranges = [(lo, hi) for lo, hi, _ in slices]
+            self.negatives = pool.negatives
+            return
+        ends = np.cumsum([hi - lo for lo, hi, _ in slices])
+        self.ranges = list(zip((ends - [hi - lo for lo, hi, _ in slices]).tolist(), ends.tolist(), strict=True))
+        positions = np.concatenate([np.arange(lo, hi) for lo, hi, _ in slices])
+        owned = np.concatenate([np.full(hi - lo, own) for lo, hi, own in slices])
+        # A pair not owned trains at weight zero on its own partner, so it touches no row its owner does not.
+        pool.negatives[torch.as_tensor(~owned, device=pool.negatives.device).repeat(2)] = -1
+        self.negatives = global_negatives(pool.negatives, positions, owned, layout.count)
+
+    def minibatch(self, start: int, stop: int, one_sided: bool):
+        """This rank's (ids, offsets, weighted validity) of the trainer's mini-batch [start, stop); dropout is
+        seeded per rank and mini-batch, so a resumed run draws the masks the interrupted one would have."""
+        k = start // self.layout.batch
+        lo, hi = self.ranges[k]
+        key = [self.layout.seed, self.layout.epoch, self.layout.start + start, RANK]
+        torch.manual_seed(int(np.random.SeedSequence(key).generate_state(1)[0]))
+        ids, offsets, valid = self.pool.minibatch(lo, hi, one_sided)
+        return ids, offsets, [v * self.weights[k] for v in valid]
+
+
+def rank_view(megabatch, data):
+    """The trainer's mega-batch under torchrun: this rank's view of the pool mined from `data`. Alone: as is."""
+    layout = getattr(data, "layout", None)
+    return megabatch if layout is None else RankMegaBatch(megabatch, layout)
+
+
+class RankDistill:
+    """This rank's contiguous slice of each distillation batch (every rank takes all of it when W does not divide
+    it), so that the ranks' mean distillation loss is the batch's."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def batch(self, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids, offsets, targets = self.stream.batch(step, device)
+        n = len(offsets)
+        if n % WORLD:
+            return ids, offsets, targets
+        lo, hi = RANK * n // WORLD, (RANK + 1) * n // WORLD
+        end = int(offsets[hi]) if hi < n else len(ids)
+        return ids[int(offsets[lo]) : end], offsets[lo:hi] - offsets[lo], targets[lo:hi]
+
+
+def attach(trainer, pair_data: type) -> None:
+    """Give a (possibly resumed) trainer this rank's share: a RankSampler for the mega-batches to come, a view of
+    the resumed mega-batch (read whole, with its saved global negatives) and of the distillation batches."""
+    if WORLD == 1:
+        return
+    args = trainer.args
+    trainer.sampler = RankSampler(trainer.sampler, args.batch_size, args.global_megabatch, pair_data)
+    if trainer.megabatch is not None:
+        layout = Layout(args.seed, trainer.epoch, trainer.offset, trainer.megabatch.n, args.batch_size, True)
+        trainer.megabatch = RankMegaBatch(trainer.megabatch, layout)
+    if trainer.distill is not None:
+        trainer.distill = RankDistill(trainer.distill)
+    if os.environ.get(DUMP_ENV):
+        atexit.register(dump_weights, trainer.model, Path(os.environ[DUMP_ENV]) / f"rank{RANK}.pt")
+
+
+def dump_weights(model: torch.nn.Module, path: Path) -> None:
+    """Test hook (DUMP_ENV): save this rank's weights (table and LSTMs) at exit, to check that all ranks agree."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(path) as f:
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, f)

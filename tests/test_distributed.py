@@ -1,0 +1,234 @@
+"""Distributed training under torchrun (gloo, 2 CPU ranks): every rank ends with the same table, a
+--global-megabatch run equals a single process with the run's batch, and a run resumes at another world size.
+
+Equality with a single process is checked to TOL: the ranks' partial gradients are summed after their own backward
+passes instead of inside one, so float sums round differently (measured: at most 1.2e-7 on the table and 2.4e-7 on
+the loss after 30 updates). A wrong split of the pairs, a different mining pool or a wrong loss weight moves the
+table by more than 1e-3 (local mining already differs by about 1e-2). Mining runs in fp32 so that the negatives
+do not hinge on bf16 rounding of vectors that differ in the last bits.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, generated_sentences
+
+import distributed
+import models
+import train
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, sp_bytes):
+    """sp.model and two pair files: 97 pairs (an epoch's last mini-batch of 8 has 1 pair: rank 1 gets none of it)
+    and 99 pairs (3 pairs: slices of 1 and 2)."""
+    folder = tmp_path_factory.mktemp("ddp-data")
+    (folder / "sp.model").write_bytes(sp_bytes)
+    for n in (97, 99):
+        pairs = zip(generated_sentences(n, seed=3), generated_sentences(n, seed=4), strict=True)
+        (folder / f"pairs{n}.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+    return folder
+
+
+def run_args(data, pairs: int, out, batch: int, *extra: str) -> list[str]:
+    return [
+        "--train-file", str(data / f"pairs{pairs}.tsv"), "--sp-model", str(data / "sp.model"), "--output-dir", str(out),
+        "--dim", "16", "--batch-size", str(batch), "--megabatch-size", "3", "--megabatch-anneal", "2",
+        "--mine-precision", "fp32", "--threads", "1", "--log-every", "1", *extra,
+    ]  # fmt: skip
+
+
+def torchrun(args: list[str], dump=None) -> None:
+    """train.py on 2 CPU ranks (gloo); `dump`: the folder where each rank saves its final table."""
+    env = {k: v for k, v in os.environ.items() if k not in (train.KILL_ENV, distributed.DUMP_ENV)}
+    if dump is not None:
+        env[distributed.DUMP_ENV] = str(dump)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / "train.py"),
+    ]
+    done = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def single(args: list[str]) -> None:
+    assert train.main(args) == 0
+
+
+def table(out) -> torch.Tensor:
+    return models.load_model(out / "model.pt").embedding.weight.detach()
+
+
+def losses(out) -> list[float]:
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in records if r["event"] == "train"]
+
+
+def assert_ranks_agree(dump, out) -> None:
+    ranks = [torch.load(dump / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert ranks[0].keys() == ranks[1].keys()
+    assert all(torch.equal(ranks[0][k], ranks[1][k]) for k in ranks[0]), "the ranks ended with different weights"
+    assert torch.equal(ranks[0]["embedding.weight"], table(out)), "rank 0's checkpoint is not its table"
+
+
+def assert_close(got, expected) -> None:
+    assert (table(got) - table(expected)).abs().max().item() < TOL
+    assert losses(got) == pytest.approx(losses(expected), abs=TOL)
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+
+def test_rank_slices_split_each_minibatch_in_rank_order():
+    for count, batch, world in [(97, 8, 2), (99, 8, 2), (23, 6, 3), (2, 8, 4), (5, 2, 2)]:
+        per_rank = [distributed.rank_slices(count, batch, world, r) for r in range(world)]
+        owned = sorted(p for slices in per_rank for lo, hi, own in slices if own for p in range(lo, hi))
+        assert owned == list(range(count)), "every pair is trained by exactly one rank"
+        for k, start in enumerate(range(0, count, batch)):
+            size = min(batch, count - start)
+            mine = [slices[k] for slices in per_rank]
+            bounds = [(lo, hi) for lo, hi, own in mine if own]
+            assert [lo for lo, _ in bounds] == sorted(lo for lo, _ in bounds)  # contiguous, in rank order
+            assert max(hi - lo for lo, hi in bounds) - min(hi - lo for lo, hi in bounds) <= 1
+            for lo, hi, own in mine:
+                assert start <= lo < hi <= start + size and (own or hi - lo == 1)
+
+
+def test_merge_rows_sums_into_the_union_of_rows():
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.tensor([1, 4, 7]), torch.tensor([0, 4]), torch.tensor([7, 9, 2, 1])]
+    grads = [torch.randn(len(r), 3, generator=gen) for r in rows]
+    union, total = distributed.merge_rows(rows, grads)
+    dense = torch.zeros(10, 3)
+    for r, g in zip(rows, grads, strict=True):
+        dense.index_add_(0, r, g)
+    assert union.tolist() == [0, 1, 2, 4, 7, 9]
+    torch.testing.assert_close(total, dense[union])
+
+
+def test_distillation_batch_is_split_between_ranks(monkeypatch):
+    class Stream:
+        def batch(self, step, device):
+            lengths = torch.tensor([2, 1, 3, 2])
+            return torch.arange(8), torch.cumsum(lengths, 0) - lengths, torch.arange(4.0)
+
+    parts = []
+    for rank in (0, 1):
+        monkeypatch.setattr(distributed, "RANK", rank)
+        monkeypatch.setattr(distributed, "WORLD", 2)
+        parts.append(distributed.RankDistill(Stream()).batch(0, torch.device("cpu")))
+    assert [p[0].tolist() for p in parts] == [[0, 1, 2], [3, 4, 5, 6, 7]]
+    assert [p[1].tolist() for p in parts] == [[0, 2], [0, 3]]
+    assert [p[2].tolist() for p in parts] == [[0.0, 1.0], [2.0, 3.0]]
+
+
+def test_nccl_on_cpu_is_a_one_line_error(data, tmp_path, monkeypatch, capsys):
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    assert train.main(run_args(data, 97, tmp_path / "out", 4, "--dist-backend", "nccl")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --dist-backend nccl needs --device cuda") and "\n" not in err
+
+
+# ----------------------------------------------------------------------------- torchrun, 2 ranks
+
+
+COLLECTIVES = """
+import sys, torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+import distributed
+dist.init_process_group("gloo")
+distributed.RANK, distributed.WORLD = r, w = dist.get_rank(), dist.get_world_size()
+dense = [torch.full((2, 3), float(r)), torch.arange(4.0) * (r + 1)]
+distributed.all_reduce_mean_(dense)
+assert torch.equal(dense[0], torch.full((2, 3), 0.5)) and torch.equal(dense[1], torch.arange(4.0) * 1.5), dense
+parts = distributed.all_gather_uneven(torch.arange(r + 2), torch.full((r + 2, 3), float(r)))
+assert [p[0].tolist() for p in parts] == [[0, 1], [0, 1, 2]] and [p[1].shape[0] for p in parts] == [2, 3]
+rows, grad, loss = distributed.all_reduce_rows(torch.tensor([[1, 5], [5, 9]][r]), torch.ones(2, 3) * (r + 1), torch.tensor(2.0 * r))
+assert rows.tolist() == [1, 5, 9] and grad[:, 0].tolist() == [0.5, 1.5, 1.0] and loss.item() == 1.0, (rows, grad, loss)
+assert distributed.any_rank(r == 1) and not distributed.any_rank(False)
+dist.destroy_process_group()
+"""
+
+
+def test_collectives_on_two_ranks(tmp_path):
+    """The helpers train.py's hooks use, on 2 gloo ranks: mean of dense tensors, uneven all-gather, the row-sparse
+    sum over the union of rows with the mean loss, and the stop consensus."""
+    (tmp_path / "worker.py").write_text(COLLECTIVES)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run([*cmd, str(tmp_path / "worker.py"), str(ROOT)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def global_runs(data, tmp_path_factory):
+    """2 ranks x batch 4 with --global-megabatch for 11 updates (stopping inside a mega-batch), and single-process
+    runs with batch 8 for 11 and for 30 updates (two epochs: the last mini-batches of 1 pair included)."""
+    folder = tmp_path_factory.mktemp("ddp-global")
+    torchrun(run_args(data, 97, folder / "ddp", 4, "--global-megabatch", "--max-steps", "11"), dump=folder / "dump")
+    single(run_args(data, 97, folder / "single11", 8, "--max-steps", "11"))
+    single(run_args(data, 97, folder / "single30", 8, "--max-steps", "30"))
+    return folder
+
+
+def test_global_megabatch_on_two_ranks_equals_one_process_with_the_run_batch(global_runs, data):
+    assert_ranks_agree(global_runs / "dump", global_runs / "ddp")
+    assert_close(global_runs / "ddp", global_runs / "single11")
+    state = torch.load(global_runs / "ddp" / "resume.pt", weights_only=True)
+    assert state["position"]["inner"] > 0 and state["args"]["batch_size"] == 8  # mid mega-batch, the run's batch
+    tokenizer = models.Tokenizer((data / "sp.model").read_bytes(), lowercase=True)
+    args = train.parse_args(run_args(data, 97, "x", 8))
+    start = train.new_model(args, args.output_dir, 1, True, sp=tokenizer).embedding.weight.detach()
+    assert (table(global_runs / "ddp") - start).abs().max().item() > 100 * TOL  # the tolerance is far below a step
+
+
+def test_resume_with_another_world_size(global_runs, data):
+    """2 -> 1 and 1 -> 2 ranks, each resuming inside a mega-batch: both end where the single process does."""
+    shutil.copytree(global_runs / "ddp", global_runs / "two-to-one")
+    single(run_args(data, 97, global_runs / "two-to-one", 8, "--max-steps", "30", "--resume"))
+    assert_close(global_runs / "two-to-one", global_runs / "single30")
+
+    shutil.copytree(global_runs / "single11", global_runs / "one-to-two")
+    resumed = run_args(data, 97, global_runs / "one-to-two", 4, "--global-megabatch", "--max-steps", "30", "--resume")
+    torchrun(resumed, dump=global_runs / "dump-one-to-two")
+    assert_ranks_agree(global_runs / "dump-one-to-two", global_runs / "one-to-two")
+    assert_close(global_runs / "one-to-two", global_runs / "single30")
+
+
+def test_rank_local_mining_and_resume_finishing_the_saved_megabatch(data, tmp_path):
+    """Without --global-megabatch each rank mines its own slices, so the run differs from a single process; a run
+    saved inside a mega-batch and resumed on 1 process finishes that mega-batch with the negatives the 2 ranks
+    mined (the mega-batch of updates 11-13 ends with 3 pairs, split 1 + 2)."""
+    torchrun(run_args(data, 99, tmp_path / "ddp", 4, "--max-steps", "13"), dump=tmp_path / "dump")
+    assert_ranks_agree(tmp_path / "dump", tmp_path / "ddp")
+    single(run_args(data, 99, tmp_path / "single", 8, "--max-steps", "13"))
+    assert (table(tmp_path / "ddp") - table(tmp_path / "single")).abs().max().item() > 100 * TOL
+
+    torchrun(run_args(data, 99, tmp_path / "resumed", 4, "--max-steps", "11"))
+    state = torch.load(tmp_path / "resumed" / "resume.pt", weights_only=True)
+    assert state["position"] == {"step": 11, "epoch": 0, "offset": 80, "inner": 1}
+    single(run_args(data, 99, tmp_path / "resumed", 8, "--max-steps", "13", "--resume"))
+    assert_close(tmp_path / "resumed", tmp_path / "ddp")
+
+
+def test_lstm_ranks_agree_on_table_and_lstm_weights(data, tmp_path):
+    """The LSTM's dense gradients are averaged over the ranks too: both ranks end with the same LSTM."""
+    args = run_args(data, 99, tmp_path / "ddp", 4, "--model", "blstm", "--max-steps", "6")
+    torchrun(args, dump=tmp_path / "dump")
+    assert_ranks_agree(tmp_path / "dump", tmp_path / "ddp")
+    ranks = torch.load(tmp_path / "dump" / "rank0.pt", weights_only=True)
+    assert any(k.startswith("lstms.0.") for k in ranks)
+    saved = torch.load(tmp_path / "ddp" / "model.pt", weights_only=True)["lstm"]
+    assert all(torch.equal(saved[k], ranks[f"lstms.{k}"]) for k in saved)
