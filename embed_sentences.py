@@ -3,27 +3,54 @@
 The input is streamed in chunks and the rows go into a memory-mapped .npy under a temporary name,
 renamed into place only when every row is written: RAM stays bounded for any file size, and an
 interrupted run leaves no output that looks complete.
+
+Sharding for job arrays: `--shard I --num-shards N` embeds only the I-th of N contiguous, near-equal
+slices of the lines (0-based I) and records which slice in OUT.json beside the output OUT; then
+`--concat OUT SHARD_0 ... SHARD_N-1` joins the shard files, checked and in order, into one .npy
+(or `open_sharded(paths)` reads them as one matrix without copying).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import json
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from fileio import atomic_path, count_lines, iter_line_chunks, open_input, remove_stale_temps, reserve_space, run_cli
-from models import load_model
+from fileio import (
+    InputError,
+    atomic_output,
+    atomic_path,
+    count_lines,
+    iter_line_chunks,
+    open_input,
+    remove_stale_temps,
+    reserve_space,
+    run_cli,
+)
+from models import DEFAULT_MODEL, load_model
+
+SHARD_FORMAT = "paraphrastic-shard"
+RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sentence-file", required=True, help="UTF-8 text, one sentence per line")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="shards: embed_sentences.py --sentence-file X --output-file part-I.npy --shard I --num-shards N, "
+        "then embed_sentences.py --concat all.npy part-0.npy ... part-(N-1).npy",
+    )
+    p.add_argument("--sentence-file", help="UTF-8 text, one sentence per line")
     p.add_argument("--load-file", help="model file (default: the shipped English model)")
     p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
-    p.add_argument("--output-file", required=True, help="output .npy, shape (lines, dim)")
+    p.add_argument("--output-file", help="output .npy, shape (lines, dim)")
     p.add_argument("--batch-size", type=int, default=8192, help="sentences per tokenize+pool step")
     p.add_argument("--chunk-lines", type=int, default=262144, help="lines read from disk at a time")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, or auto")
@@ -31,41 +58,227 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="CPU threads for tokenizing and pooling (default: all)")
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    p.add_argument("--shard", type=int, help="embed only slice I (0-based) of --num-shards contiguous slices")
+    p.add_argument("--num-shards", type=int, help="number of slices the lines are cut into (with --shard)")
+    p.add_argument("--concat", nargs="+", metavar=("OUT", "SHARD"), help="join shard .npy files, in order, into OUT")
+    args = p.parse_args(argv)
+    if args.concat:
+        if args.sentence_file or args.output_file or args.shard is not None or len(args.concat) < 2:
+            p.error("--concat takes OUT and then the shard files in order, and nothing to embed")
+    elif not (args.sentence_file and args.output_file):
+        p.error("--sentence-file and --output-file are required (or --concat OUT SHARD...)")
+    if (args.shard is None) != (args.num_shards is None):
+        p.error("--shard and --num-shards go together")
+    if args.num_shards is not None and not 0 <= args.shard < args.num_shards:
+        p.error(f"--shard must be in 0..{args.num_shards - 1} (0-based) and --num-shards at least 1")
+    return args
 
 
-def embed_file(model, args: argparse.Namespace) -> tuple[int, dict]:
-    """Stream `args.sentence_file` through the model into `args.output_file`; returns (rows, stats)."""
-    open_input(args.sentence_file)
-    n = count_lines(args.sentence_file)
-    stats: dict = {}
-    with atomic_path(args.output_file) as tmp:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=args.dtype, shape=(n, model.dim))
+def shard_bounds(lines: int, shard: int, num_shards: int) -> tuple[int, int]:
+    """First and past-the-end line of slice `shard` of `num_shards` contiguous slices whose sizes differ by <= 1."""
+    return shard * lines // num_shards, (shard + 1) * lines // num_shards
+
+
+def embed_file(
+    model,
+    sentence_file: str | os.PathLike,
+    output_file: str | os.PathLike,
+    dtype: str = "float32",
+    start: int = 0,
+    stop: int | None = None,
+    batch_size: int = 8192,
+    chunk_lines: int = 262144,
+    strict: bool = False,
+    quiet: bool = False,
+) -> dict:
+    """Embed lines [start, stop) of `sentence_file` (all by default) into the .npy `output_file`, streamed and
+    written atomically; returns stats (`rows`, `invalid_utf8_lines`)."""
+    open_input(sentence_file)
+    stop = count_lines(sentence_file) if stop is None else stop
+    n = stop - start
+    stats: dict = {"rows": n}
+    with atomic_path(output_file) as tmp:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(n, model.dim))
         reserve_space(tmp)  # a full disk fails here with a clear error, not with SIGBUS in the memory map
         row = 0
-        with tqdm(total=n, unit=" sent", disable=args.quiet, file=sys.stderr) as bar:
-            for lines in iter_line_chunks(args.sentence_file, args.chunk_lines, args.strict, stats):
-                out[row : row + len(lines)] = model.embed_raw_text(lines, args.batch_size)
+        with tqdm(total=n, unit=" sent", disable=quiet, file=sys.stderr) as bar:
+            for lines in iter_line_chunks(sentence_file, chunk_lines, strict, stats, start, stop):
+                out[row : row + len(lines)] = model.embed_raw_text(lines, batch_size)
                 row += len(lines)
                 bar.update(len(lines))
         if row != n:
-            raise RuntimeError(f"{args.sentence_file}: read {row} lines but counted {n}; file changed while read?")
+            raise InputError(f"{sentence_file}: read {row} lines but counted {n}; file changed while read?")
         out.flush()
         del out
-    return n, stats
+    return stats
+
+
+def record_path(shard_file: str | os.PathLike) -> Path:
+    """The JSON record beside a shard file that says which slice of which input it holds."""
+    return Path(f"{shard_file}.json")
+
+
+def file_sha256(path: Path) -> str | None:
+    """SHA-256 of a model file (None for a model folder), so that shards from different models are refused."""
+    if path.is_dir():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def embed_shard(model, args: argparse.Namespace) -> dict:
+    """Embed this job's slice of the input and write its record beside it (after the .npy, both atomic)."""
+    lines = count_lines(args.sentence_file)
+    start, stop = shard_bounds(lines, args.shard, args.num_shards)
+    with contextlib.suppress(FileNotFoundError):
+        record_path(args.output_file).unlink()  # a stale record must never describe the new rows
+    stats = embed_file(
+        model, args.sentence_file, args.output_file, args.dtype, start, stop, args.batch_size, args.chunk_lines,
+        args.strict, args.quiet,
+    )  # fmt: skip
+    record = {
+        "format": SHARD_FORMAT,
+        "shard": args.shard,
+        "num_shards": args.num_shards,
+        "start": start,
+        "stop": stop,
+        "lines": lines,
+        "sentence_file": Path(args.sentence_file).name,
+        "sentence_file_bytes": os.path.getsize(args.sentence_file),
+        "model_sha256": file_sha256(Path(args.load_file) if args.load_file else DEFAULT_MODEL),
+        "dim": model.dim,
+        "dtype": args.dtype,
+    }
+    with atomic_output(record_path(args.output_file), "w") as f:
+        json.dump(record, f, indent=1)
+    return stats
+
+
+def read_shard(path: Path) -> tuple[dict, np.ndarray]:
+    """A shard's record and its rows (memory-mapped), checked against each other."""
+    rec_file = record_path(path)
+    open_input(path)
+    if not rec_file.exists():
+        raise InputError(
+            f"{path}: no shard record {rec_file.name} beside it (write shards with --shard I --num-shards N)"
+        )
+    try:
+        rec = json.loads(rec_file.read_text(encoding="utf-8"))
+        rows = np.load(path, mmap_mode="r")
+    except (ValueError, OSError) as e:
+        raise InputError(f"{path}: unreadable shard or shard record ({e})") from None
+    if not isinstance(rec, dict) or rec.get("format") != SHARD_FORMAT or not RECORD_KEYS <= rec.keys():
+        raise InputError(
+            f"{rec_file}: not a complete shard record (format {SHARD_FORMAT!r}, keys {sorted(RECORD_KEYS)})"
+        )
+    if rows.shape != (rec["stop"] - rec["start"], rec["dim"]) or rows.dtype != np.dtype(rec["dtype"]):
+        raise InputError(
+            f"{path}: holds {rows.shape} {rows.dtype} but its record says "
+            f"({rec['stop'] - rec['start']}, {rec['dim']}) {rec['dtype']}; re-run that shard"
+        )
+    return rec, rows
+
+
+def check_shards(paths: list[str | os.PathLike]) -> list[np.ndarray]:
+    """The shards' rows, after checking that they are shards 0..N-1 of one input and one model, in order."""
+    paths = [Path(p) for p in paths]
+    shards = [read_shard(p) for p in paths]
+    first = shards[0][0]
+    same = ("num_shards", "lines", "sentence_file", "sentence_file_bytes", "model_sha256", "dim", "dtype")
+    for i, (path, (rec, _)) in enumerate(zip(paths, shards, strict=True)):
+        differ = [key for key in same if rec.get(key) != first.get(key)]
+        if differ:
+            what = ", ".join(f"{key} {rec.get(key)!r} vs {first.get(key)!r}" for key in differ)
+            raise InputError(f"{path}: does not match {paths[0]} ({what}); shards must come from one run")
+        if rec["shard"] != i:
+            raise InputError(
+                f"{path}: is shard {rec['shard']} of {rec['num_shards']} but was given in position {i}; "
+                "give the shards in order 0..N-1"
+            )
+    if len(paths) != first["num_shards"]:
+        raise InputError(f"{paths[-1]}: {len(paths)} shards given but the input was cut into {first['num_shards']}")
+    return [rows for _, rows in shards]
+
+
+class ShardedMatrix:
+    """Shard files read as one (lines, dim) matrix, memory-mapped: rows are copied only when indexed."""
+
+    def __init__(self, parts: list[np.ndarray]):
+        self.parts = parts
+        self.bounds = np.cumsum([0] + [len(p) for p in parts])
+        self.shape = (int(self.bounds[-1]), parts[0].shape[1])
+        self.dtype = parts[0].dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: int | slice | np.ndarray) -> np.ndarray:
+        """Rows by index, slice or integer array, gathered from the shards that hold them."""
+        if isinstance(rows, int | np.integer):
+            return self[np.array([rows])][0]
+        rows = np.arange(len(self))[rows]  # slices, negative indices and masks as numpy reads them
+        part = np.searchsorted(self.bounds, rows, side="right") - 1
+        out = np.empty((len(rows), self.shape[1]), dtype=self.dtype)
+        for i in np.unique(part):
+            pick = part == i
+            out[pick] = self.parts[i][rows[pick] - self.bounds[i]]
+        return out
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return np.concatenate(self.parts).astype(dtype or self.dtype, copy=False)
+
+
+def open_sharded(paths: list[str | os.PathLike]) -> ShardedMatrix:
+    """Shard files written with --shard, checked and given in order 0..N-1, as one read-only matrix."""
+    return ShardedMatrix(check_shards(paths))
+
+
+def concat_shards(paths: list[str | os.PathLike], output_file: str | os.PathLike, chunk_rows: int = 262144) -> int:
+    """Join shard files (checked, in order) into one .npy, streamed and written atomically; returns the rows."""
+    parts = check_shards(paths)
+    rows = sum(len(p) for p in parts)
+    with atomic_path(output_file) as tmp:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=parts[0].dtype, shape=(rows, parts[0].shape[1]))
+        reserve_space(tmp)
+        at = 0
+        for part in parts:
+            for i in range(0, len(part), chunk_rows):
+                block = part[i : i + chunk_rows]
+                out[at : at + len(block)] = block
+                at += len(block)
+        out.flush()
+        del out
+    return rows
 
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.concat:
+        out, *paths = args.concat
+        remove_stale_temps(out)
+        rows = concat_shards(paths, out)
+        print(f"wrote {rows} rows from {len(paths)} shards to {out}", file=sys.stderr)
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
+    open_input(args.sentence_file)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
     remove_stale_temps(args.output_file)  # left by a killed run
-    n, stats = embed_file(model, args)
+    if args.shard is not None:
+        stats = embed_shard(model, args)
+    else:
+        stats = embed_file(
+            model, args.sentence_file, args.output_file, args.dtype, batch_size=args.batch_size,
+            chunk_lines=args.chunk_lines, strict=args.strict, quiet=args.quiet,
+        )  # fmt: skip
     if stats["invalid_utf8_lines"]:
         print(f"warning: {stats['invalid_utf8_lines']} lines had invalid UTF-8, replaced by U+FFFD", file=sys.stderr)
-    print(f"wrote {n} x {model.dim} {args.dtype} embeddings to {args.output_file}", file=sys.stderr)
+    where = "" if args.shard is None else f" (shard {args.shard} of {args.num_shards})"
+    print(f"wrote {stats['rows']} x {model.dim} {args.dtype} embeddings{where} to {args.output_file}", file=sys.stderr)
     return 0
 
 

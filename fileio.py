@@ -16,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # full disk, quota, file size limit (ulimit -f)
 
@@ -77,9 +78,15 @@ def _is_utf8(line: bytes) -> bool:
 
 
 def iter_line_chunks(
-    path: str | os.PathLike, chunk_lines: int = 65536, strict: bool = False, stats: dict | None = None
+    path: str | os.PathLike,
+    chunk_lines: int = 65536,
+    strict: bool = False,
+    stats: dict | None = None,
+    start: int = 0,
+    stop: int | None = None,
 ) -> Iterator[list[str]]:
-    """Yield the lines of a text file in chunks of at most `chunk_lines`, streaming from disk.
+    """Yield lines [start, stop) of a text file (all by default) in chunks of at most `chunk_lines`,
+    streaming from disk.
 
     Invalid UTF-8 is replaced (counted in `stats["invalid_utf8_lines"]`) unless `strict`.
     """
@@ -87,16 +94,29 @@ def iter_line_chunks(
     open_input(path)
     stats = stats if stats is not None else {}
     stats.setdefault("invalid_utf8_lines", 0)
-    line_no = 1
+    line_no = start + 1
+    left = None if stop is None else max(stop - start, 0)
     with open(path, "rb") as f:
-        while True:
-            raw = list(itertools.islice(f, chunk_lines))
+        skip_lines(f, start)
+        while left != 0:
+            raw = list(itertools.islice(f, chunk_lines if left is None else min(chunk_lines, left)))
             if not raw:
                 return
             lines, bad = _decode_lines(raw, path, line_no, strict)
             stats["invalid_utf8_lines"] += bad
             line_no += len(raw)
+            left = None if left is None else left - len(raw)
             yield lines
+
+
+def skip_lines(f: BinaryIO, n: int) -> None:
+    """Move a binary file past its next `n` lines in 1 MiB blocks, without splitting the skipped text."""
+    while n > 0 and (block := f.read(1 << 20)):
+        found = block.count(b"\n")
+        if found >= n:
+            f.seek(-len(block.split(b"\n", n)[-1]), os.SEEK_CUR)
+            return
+        n -= found
 
 
 def read_lines(path: str | os.PathLike, strict: bool = False) -> list[str]:

