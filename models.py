@@ -36,6 +36,11 @@ class ModelError(Exception):
     """A model file that cannot be used: missing, corrupt, foreign or unsafe."""
 
 
+def cased(texts: Sequence[str], lowercase: bool) -> list[str]:
+    """The texts lowercased when the model lowercases, as a list."""
+    return list(map(str.lower, texts)) if lowercase else list(texts)
+
+
 class Tokenizer:
     """Sentencepiece plus the model's lowercasing; turns a batch of texts into flat ids + offsets."""
 
@@ -62,9 +67,7 @@ class Tokenizer:
 
     def encode(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
         """Piece ids of each text (lowercased first when the model was trained lowercased)."""
-        if self.lowercase:
-            texts = list(map(str.lower, texts))
-        return self.sp.encode(list(texts), num_threads=num_threads)
+        return self.sp.encode(cased(texts, self.lowercase), num_threads=num_threads)
 
     def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """(flat ids, per-text lengths) of a batch."""
@@ -86,7 +89,7 @@ class WordTokenizer:
 
     def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """(flat ids, per-text lengths) of a batch; words outside the vocabulary get id 0."""
-        tokens = list(map(str.split, map(str.lower, texts) if self.lowercase else texts))
+        tokens = list(map(str.split, cased(texts, self.lowercase)))
         lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
         words = itertools.chain.from_iterable(tokens)
         flat = np.fromiter(map(self.index.get, words, itertools.repeat(0)), dtype=np.int64, count=int(lengths.sum()))
@@ -95,7 +98,7 @@ class WordTokenizer:
     @staticmethod
     def count(texts: Sequence[str], counts: Counter, lowercase: bool = True) -> None:
         """Add the word counts of `texts` to `counts` (for building a vocabulary)."""
-        counts.update(itertools.chain.from_iterable(map(str.split, map(str.lower, texts) if lowercase else texts)))
+        counts.update(itertools.chain.from_iterable(map(str.split, cased(texts, lowercase))))
 
 
 def trigram_keys(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -133,7 +136,7 @@ class TrigramTokenizer:
 
     def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """(flat ids, per-text lengths) of a batch; trigrams outside the vocabulary get id 0."""
-        keys, lengths = trigram_keys(list(map(str.lower, texts)) if self.lowercase else texts)
+        keys, lengths = trigram_keys(cased(texts, self.lowercase))
         pos = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
         found = self.keys[pos] == keys if len(self.keys) else np.zeros(len(keys), dtype=bool)
         return np.where(found, self.order[pos] + 1, 0), lengths
@@ -141,9 +144,7 @@ class TrigramTokenizer:
     @staticmethod
     def count(texts: Sequence[str], counts: Counter, lowercase: bool = True) -> None:
         """Add the trigram counts of `texts` to `counts` (keys as in trigram_keys)."""
-        keys, counts_here = np.unique(
-            trigram_keys(list(map(str.lower, texts)) if lowercase else texts)[0], return_counts=True
-        )
+        keys, counts_here = np.unique(trigram_keys(cased(texts, lowercase))[0], return_counts=True)
         counts.update(dict(zip(keys.tolist(), counts_here.tolist(), strict=True)))
 
 
@@ -194,6 +195,12 @@ def interleave(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, 
     return flat, lengths
 
 
+def bag_owners(count: int, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each bag's length and each of the `count` ids' bag, from the bags' start offsets."""
+    lengths = torch.diff(offsets, append=offsets.new_tensor([count]))
+    return lengths, torch.repeat_interleave(torch.arange(len(offsets), device=offsets.device), lengths)
+
+
 def mean_pool(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
     """Mean of the rows of each bag; with `dropout` > 0 (training) each gathered row is dropped out first."""
     if dropout == 0.0:
@@ -205,9 +212,8 @@ def mean_pool(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, dro
 def lstm_pool(lstm: nn.LSTM, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """Run the LSTM over each bag's rows in order and average its hidden states over time; a
     bidirectional LSTM averages the forward and backward states (no concatenation)."""
-    lengths = torch.diff(offsets, append=offsets.new_tensor([len(rows)]))
+    lengths, owner = bag_owners(len(rows), offsets)
     bags, steps = len(offsets), int(lengths.max())
-    owner = torch.repeat_interleave(torch.arange(bags, device=rows.device), lengths)
     slot = owner * steps + torch.arange(len(rows), device=rows.device) - offsets[owner]
     padded = rows.new_zeros(bags * steps, rows.shape[1]).index_copy(0, slot, rows).view(bags, steps, -1)
     packed = nn.utils.rnn.pack_padded_sequence(padded, lengths.cpu(), batch_first=True, enforce_sorted=False)
@@ -312,8 +318,7 @@ class Model(nn.Module):
         """Each part's (rows, offsets) out of the joint bags, in order within each bag."""
         if len(self.tokenizers) == 1:
             return [(ids, offsets)]
-        lengths = torch.diff(offsets, append=offsets.new_tensor([len(ids)]))
-        owner = torch.repeat_interleave(torch.arange(len(offsets), device=ids.device), lengths)
+        owner = bag_owners(len(ids), offsets)[1]
         out = []
         for lo, hi in itertools.pairwise(self.starts.tolist()):
             mine = (ids >= lo) & (ids < hi)

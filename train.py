@@ -61,6 +61,7 @@ from models import (
     Model,
     SPModel,
     Tokenizer,
+    bag_owners,
     build_vocab,
     from_checkpoint,
     load_model,
@@ -303,8 +304,7 @@ def megabatch_size_at(step: int, max_size: int, anneal: int) -> int:
 
 def sentence_groups(ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """A group number per sentence; sentences share one exactly when their id sequences are equal."""
-    lengths = torch.diff(offsets, append=offsets.new_tensor([len(ids)]))
-    owner = torch.repeat_interleave(torch.arange(len(offsets), device=ids.device), lengths)
+    lengths, owner = bag_owners(len(ids), offsets)
     position = torch.arange(len(ids), device=ids.device) - offsets[owner]
     gen = torch.Generator().manual_seed(12345)
     weights = torch.randint(1, 2**62, (int(lengths.max()) + 1,), generator=gen).to(ids.device) | 1
@@ -419,8 +419,7 @@ def gather_sentences(ids: torch.Tensor, offsets: torch.Tensor, lengths: torch.Te
 
 def scramble(ids: torch.Tensor, offsets: torch.Tensor, rate: float) -> torch.Tensor:
     """Shuffle the token order of each bag with probability `rate` (the papers' scrambling for LSTMs)."""
-    lengths = torch.diff(offsets, append=offsets.new_tensor([len(ids)]))
-    owner = torch.repeat_interleave(torch.arange(len(offsets), device=ids.device), lengths)
+    lengths, owner = bag_owners(len(ids), offsets)
     shuffled = torch.rand(len(offsets), device=ids.device) < rate
     position = (torch.arange(len(ids), device=ids.device) - offsets[owner]).double()
     key = torch.where(shuffled[owner], torch.rand(len(ids), device=ids.device, dtype=torch.float64), position)
