@@ -38,8 +38,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from fileio import InputError, atomic_output
-from models import resolve_device
+from paraphrastic.fileio import InputError, atomic_output
+from paraphrastic.models import resolve_device
 
 RANK, WORLD = 0, 1  # this process's rank and the number of ranks; setup() sets them under torchrun
 COMM_DEVICE = torch.device("cpu")  # where collectives' tensors live: this rank's GPU with NCCL

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from fileio import (
+from paraphrastic.fileio import (
     InputError,
     atomic_output,
     atomic_path,
@@ -35,7 +35,7 @@ from fileio import (
     reserve_space,
     run_cli,
 )
-from models import DEFAULT_MODEL, load_model
+from paraphrastic.models import DEFAULT_MODEL, load_model
 
 SHARD_FORMAT = "paraphrastic-shard"
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}

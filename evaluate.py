@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from scipy.stats import pearsonr, spearmanr
 
-import models
-from fileio import InputError, atomic_output, read_lines, run_cli
+from paraphrastic import models
+from paraphrastic.fileio import InputError, atomic_output, read_lines, run_cli
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))

@@ -241,7 +241,7 @@ def _fsync_dir(directory: Path) -> None:
 
 def run_cli(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
     """Wrap a script's main so that user errors print one `error:` line and exit 2, not a traceback."""
-    from models import ModelError  # local: models imports this module
+    from paraphrastic.models import ModelError  # local: models imports this module
 
     def wrapped(argv: list[str] | None = None) -> int:
         try:

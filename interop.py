@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from fileio import atomic_output, run_cli
-from models import ModelError, SPModel, Tokenizer, load_model
+from paraphrastic.fileio import atomic_output, run_cli
+from paraphrastic.models import ModelError, SPModel, Tokenizer, load_model
 
 if TYPE_CHECKING:
     import tokenizers

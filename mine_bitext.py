@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from embed_sentences import embed_file
-from fileio import InputError, atomic_output, iter_line_chunks, open_input, run_cli
-from models import load_model
+from paraphrastic.embed_sentences import embed_file
+from paraphrastic.fileio import InputError, atomic_output, iter_line_chunks, open_input, run_cli
+from paraphrastic.models import load_model
 
 DEFAULT_THRESHOLD = {"margin": 1.06, "cosine": 0.7}
 FAISS_HINT = "pip install faiss-cpu (or: pip install -e .[mine])"

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fileio import atomic_output
+from paraphrastic.fileio import atomic_output
 
 FORMAT = "paraphrastic-sp"
 FORMAT_VERSION = 1
@@ -471,6 +471,32 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return device
 
 
+def native_bf16(device: torch.device | str = "cpu") -> bool:
+    """Whether bfloat16 matrix products run natively here (CUDA, or a CPU with AVX512-BF16 or AMX);
+    elsewhere torch emulates them several times slower than float32."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_name() -> str:
+    """The CPU model, printed beside every speed figure (speeds differ between machines)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
 def _safe_load(path: Path) -> dict:
     """torch.load that never runs pickled code: only tensors, plain types and argparse.Namespace."""
     try:
@@ -517,7 +543,7 @@ def load_model(
         hint = " (the default model is not installed; pass a model file)" if path == DEFAULT_MODEL else ""
         raise ModelError(f"{path}: no such model file{hint}")
     if path.is_dir():
-        from interop import import_folder  # imported here: the core never needs the interop extra
+        from paraphrastic.interop import import_folder  # imported here: the core never needs the interop extra
 
         return import_folder(path).to(resolve_device(device)).eval()
     state = _safe_load(path)

@@ -13,7 +13,7 @@ import sys
 import torch
 from tqdm import tqdm
 
-from fileio import (
+from paraphrastic.fileio import (
     InputError,
     atomic_output,
     count_lines,
@@ -23,7 +23,7 @@ from fileio import (
     run_cli,
     split_pair,
 )
-from models import load_model
+from paraphrastic.models import load_model
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

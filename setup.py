@@ -17,18 +17,16 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.10",
-    py_modules=[
-        "models",
-        "fileio",
-        "shards",
-        "train",
-        "evaluate",
-        "embed_sentences",
-        "mine_bitext",
-        "score_sentence_pairs",
-        "teacher",
-        "interop",
-    ],
+    # The top-level files are the modules of one package, installed as paraphrastic.models, paraphrastic.train, ...
+    # (never as top-level `models` or `evaluate`, names other packages use); the shipped models and the
+    # preprocessing pipelines come with it.
+    packages=["paraphrastic", "paraphrastic.preprocess", "paraphrastic.preprocess.evaluation"],
+    package_dir={"paraphrastic": "."},
+    package_data={
+        "paraphrastic": ["data/models/*.pt", "data/models/*.md", "data/*.txt"],
+        "paraphrastic.preprocess": ["*.sh", "*.md", "*/*.sh"],
+        "paraphrastic.preprocess.evaluation": ["*.sh"],
+    },
     install_requires=requirements,
     extras_require={
         "preprocess": ["fasttext>=0.9.2", "jieba>=0.42"],
@@ -40,12 +38,12 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "paraphrastic-embed = embed_sentences:main",
-            "paraphrastic-score = score_sentence_pairs:main",
-            "paraphrastic-train = train:main",
-            "paraphrastic-evaluate = evaluate:main",
-            "paraphrastic-export = interop:main",
-            "paraphrastic-mine = mine_bitext:main",
+            "paraphrastic-embed = paraphrastic.embed_sentences:main",
+            "paraphrastic-score = paraphrastic.score_sentence_pairs:main",
+            "paraphrastic-train = paraphrastic.train:main",
+            "paraphrastic-evaluate = paraphrastic.evaluate:main",
+            "paraphrastic-export = paraphrastic.interop:main",
+            "paraphrastic-mine = paraphrastic.mine_bitext:main",
         ]
     },
 )

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 import sentencepiece as spm
 
-from fileio import InputError, atomic_path
+from paraphrastic.fileio import InputError, atomic_path
 
 SHARD_FORMAT = "paraphrastic-shard"
 SHARD_VERSION = 1

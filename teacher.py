@@ -13,7 +13,10 @@ writes teacher-init/init.pt (for `train.py --init-from`) and teacher-init/target
 from __future__ import annotations
 
 import argparse
+import gzip
+import hashlib
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -21,8 +24,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from fileio import InputError, atomic_path, iter_line_chunks, open_input, read_lines, run_cli
-from models import SPModel, Tokenizer, flatten
+from paraphrastic.fileio import InputError, atomic_path, iter_line_chunks, open_input, read_lines, run_cli
+from paraphrastic.models import SPModel, Tokenizer, flatten, native_bf16
 
 DEFAULT_TEACHER = "all-MiniLM-L6-v2"
 
@@ -49,6 +52,54 @@ def teacher_vectors(teacher, texts: list[str], batch_size: int = 256) -> np.ndar
     return teacher.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=True).astype(
         np.float32
     )
+
+
+def english_training_sentences(data: Path, skip_tatoeba: bool = True) -> list[str]:
+    """Distinct English sentences of ../shared/data/train in a seeded order: both sides of the English
+    paraphrase pairs, the English side of each bitext file (Tatoeba-Challenge skipped unless `skip_tatoeba`
+    is False, as for speed benchmarks). No STS-family text."""
+    files = sorted((data / "train" / "en_paraphrase").glob("*.pairs.tsv.gz"))
+    bitext = sorted((data / "train" / "bitext").glob("**/*.tsv.gz"))
+    files += [p for p in bitext if not (skip_tatoeba and "tatoeba" in p.parent.name)]
+    seen: dict[str, None] = {}
+    for path in files:
+        both_sides = path.parent.name == "en_paraphrase"
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                cols = line.rstrip("\n").split("\t")
+                seen.update((s, None) for s in (cols if both_sides else cols[:1]) if s)
+    sentences = list(seen)
+    random.Random(0).shuffle(sentences)
+    return sentences
+
+
+def cache_root() -> Path:
+    """Where teacher vectors are kept between runs and sessions: $PARAPHRASTIC_CACHE, else ~/.cache/paraphrastic."""
+    return Path(os.environ.get("PARAPHRASTIC_CACHE", Path.home() / ".cache" / "paraphrastic"))
+
+
+def encode_cached(
+    teacher, name: str, texts: list[str], cache_dir: Path | None = None, shard: int = 10_000, batch_size: int = 128
+) -> np.ndarray:
+    """The teacher's vectors of `texts` (float16), computed in shards of `shard` texts, each saved under a key
+    of the teacher's name and the shard's content: an interrupted run resumes, and any later run over the
+    same texts (in the same shards) finds them. bf16 autocast where the CPU or GPU does bf16 natively."""
+    folder = (cache_dir or cache_root() / "teacher") / name.replace("/", "--")
+    folder.mkdir(parents=True, exist_ok=True)
+    device = teacher.device
+    out = np.empty((len(texts), teacher.get_sentence_embedding_dimension()), dtype=np.float16)
+    with tqdm(total=len(texts), unit="sent", desc=f"teacher {name}", file=sys.stderr) as bar:
+        for start in range(0, len(texts), shard):
+            part = texts[start : start + shard]
+            key = hashlib.sha256("\n".join([name, *part]).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+            path = folder / f"{key}.npy"
+            if not path.exists():
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=native_bf16(device)):
+                    vectors = teacher.encode(part, batch_size=batch_size, convert_to_numpy=True)
+                save_npy(path, vectors.astype(np.float16))
+            out[start : start + len(part)] = np.load(path)
+            bar.update(len(part))
+    return out
 
 
 def piece_texts(tokenizer: Tokenizer) -> list[str]:

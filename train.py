@@ -45,8 +45,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-import distributed
-from fileio import (
+from paraphrastic import distributed
+from paraphrastic.fileio import (
     InputError,
     atomic_output,
     iter_line_chunks,
@@ -56,7 +56,7 @@ from fileio import (
     run_cli,
     split_pair,
 )
-from models import (
+from paraphrastic.models import (
     TOKENIZERS,
     Model,
     SPModel,
@@ -69,7 +69,7 @@ from models import (
     resolve_device,
     train_sentencepiece,
 )
-from shards import Shard
+from paraphrastic.shards import Shard
 
 STATE_FORMAT = "paraphrastic-train-state"
 STATE_VERSION = 2
@@ -820,7 +820,7 @@ class Trainer:
         """Pearson x 100 of each --dev-file (empty without dev files)."""
         if not self.args.dev_file:
             return {}
-        import evaluate  # local: training never needs the evaluation code unless asked
+        from paraphrastic import evaluate
 
         self.model.eval()
         return {str(p): float(evaluate.score_sts_file(self.model, p)["pearson"]) for p in self.args.dev_file}

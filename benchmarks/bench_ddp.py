@@ -21,10 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from paraphrastic import models
 
-import models  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 CAPTIONS = "train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz"
 SETUPS = [  # (label, ranks, threads per rank, extra arguments)

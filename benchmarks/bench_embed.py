@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from common import machine_header, sentence_sample, sp_model_50k
 
-from models import SPModel, Tokenizer, flatten
+from paraphrastic.models import SPModel, Tokenizer, flatten
 
 
 def median_seconds(fn, runs: int) -> float:

@@ -15,7 +15,7 @@ import torch
 from bench_embed import median_seconds
 from common import ROOT, machine_header, sentence_sample
 
-from models import load_model
+from paraphrastic.models import load_model
 
 YEARS = ("2012", "2013", "2014", "2015", "2016")
 

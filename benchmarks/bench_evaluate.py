@@ -20,8 +20,7 @@ from pathlib import Path
 import torch
 from common import DATA, ROOT, machine_header, sp_model_50k
 
-import evaluate
-import models
+from paraphrastic import evaluate, models
 
 DIM = 1024
 

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from common import CACHE, english_sentences, machine_header
 
-import mine_bitext
-from embed_sentences import embed_file
-from models import load_model
+from paraphrastic import mine_bitext
+from paraphrastic.embed_sentences import embed_file
+from paraphrastic.models import load_model
 
 
 def corpus(n: int, seed: int = 0) -> tuple[Path, int]:

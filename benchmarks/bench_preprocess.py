@@ -38,11 +38,11 @@ def synthetic_bitext(path: Path, lines: int, seed: int = 0) -> None:
 
 
 def run_step(args: list[str]) -> tuple[float, float]:
-    """(seconds, peak RSS in MiB) of one `python -m preprocess.steps` process."""
+    """(seconds, peak RSS in MiB) of one `python -m paraphrastic.preprocess.steps` process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "preprocess.steps", *args, "--force"], env=env, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "paraphrastic.preprocess.steps", *args, "--force"], env=env, stderr=subprocess.DEVNULL
     )
     _, status, usage = os.wait4(proc.pid, 0)
     if status != 0:

@@ -25,11 +25,9 @@ import numpy as np
 import sentencepiece as spm
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from paraphrastic import shards, train
 
-import shards  # noqa: E402
-import train  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 VOCAB, DIM, BATCH, M = 50_000, 1024, 128, 100
 

@@ -8,11 +8,10 @@ import platform
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from paraphrastic import models
+from paraphrastic.teacher import english_training_sentences
 
-import models  # noqa: E402
-from scripts.english_sentences import english_sentences as scripts_english_sentences  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -23,7 +22,7 @@ def english_sentences() -> list[str]:
     side), in a fixed order: the same list on every machine that has ../shared/data."""
     if not DATA.is_dir():
         sys.exit(f"error: {DATA} not found: the benchmarks read the real data in ../shared/data")
-    return scripts_english_sentences(DATA, skip_tatoeba=False)
+    return english_training_sentences(DATA, skip_tatoeba=False)
 
 
 def sentence_sample(n: int) -> list[str]:

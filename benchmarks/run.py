@@ -29,7 +29,7 @@ import torch
 from bench_embed import median_seconds
 from common import DATA, ROOT, machine_header, sentence_sample
 
-import evaluate
+from paraphrastic import evaluate
 
 HERE = Path(__file__).resolve().parent
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import models
+from paraphrastic import models
 
 SYSTEMS = ("ours", "ours-50k-1024", "minilm", "wordllama")
 

@@ -1,7 +1,6 @@
 # Shared setup of the do_all.sh pipelines, sourced after they set `here` (their folder) and
-# `default_out`: repo paths, settings from the environment, and `step` (one preprocess.steps call).
+# `default_out`: repo paths, settings from the environment, and `step` (one paraphrastic.preprocess.steps call).
 root=$(cd "$here/../.." && pwd)
-export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 py=${PYTHON:-python}
 out=${OUT_DIR:-$default_out}
 downloads=${DOWNLOAD_DIR:-$PWD/downloads}
@@ -11,4 +10,4 @@ workers=()
 [[ -n ${WORKERS:-} ]] && workers=(--workers "$WORKERS")
 mkdir -p "$out" "$downloads"
 stats=$out/stats.json
-step() { "$py" -m preprocess.steps "$@" --stats "$stats" "${force[@]}"; }
+step() { "$py" -m paraphrastic.preprocess.steps "$@" --stats "$stats" "${force[@]}"; }

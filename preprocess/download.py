@@ -18,9 +18,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fileio import InputError, atomic_output, run_cli  # noqa: E402
+from paraphrastic.fileio import InputError, atomic_output, run_cli
 
 # ParaNMT-50M as released by its authors (Wieting & Gimpel 2018; the link of the paper's repository).
 PARANMT_URL = (
@@ -107,7 +105,7 @@ def lid_model(downloads: Path, local: Path | None = None) -> Path:
         return local
     path = downloads / "lid.176.bin"
     if not path.is_file():
-        from preprocess.steps import load_lid
+        from paraphrastic.preprocess.steps import load_lid
 
         tmp = fetch(LID_URL, downloads / ".lid.176.bin.unchecked")
         load_lid(tmp)  # a damaged model fails here, before it is put in place
@@ -140,7 +138,7 @@ def opus(lang: str, downloads: Path, corpora: list[str] | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m preprocess.download", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m paraphrastic.preprocess.download", description=__doc__.split("\n")[0])
     p.add_argument("what", choices=["paranmt", "lid", "opus"])
     p.add_argument("--downloads", type=Path, required=True, help="folder for downloaded files")
     p.add_argument("--local", type=Path, help="use this local file instead of downloading")

@@ -3,7 +3,7 @@
 Each step reads files, writes one output atomically, records its kept/dropped counts in a
 `stats.json`, and is skipped when its output already exists (unless --force). Memory is bounded
 by chunk and bucket sizes, never by the corpus: 50M-line inputs stream through. Run as
-`python -m preprocess.steps STEP ...` from the repository root (the do_all.sh scripts do).
+`python -m paraphrastic.preprocess.steps STEP ...` from the repository root (the do_all.sh scripts do).
 """
 
 from __future__ import annotations
@@ -28,11 +28,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fileio import InputError, atomic_output, count_lines, iter_line_chunks, run_cli  # noqa: E402
-from models import Tokenizer, flatten, train_sentencepiece  # noqa: E402
-from shards import write_shard  # noqa: E402
+from paraphrastic.fileio import InputError, atomic_output, count_lines, iter_line_chunks, run_cli
+from paraphrastic.models import Tokenizer, flatten, train_sentencepiece
+from paraphrastic.shards import write_shard
 
 CHUNK_LINES = 50_000
 TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -462,7 +460,7 @@ def record_stats(path: Path, step: str, stats: dict) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m preprocess.steps", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m paraphrastic.preprocess.steps", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="step", required=True)
 
     def step(name: str, help: str) -> argparse.ArgumentParser:

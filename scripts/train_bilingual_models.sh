@@ -63,7 +63,7 @@ for lang in "${langs[@]}"; do
         seg=$(mktemp -d)
         mkdir -p "$seg/tatoeba"
         cp "$data/tatoeba/cmn-eng.eng" "$seg/tatoeba/"
-        "$py" -c 'import sys; from preprocess.steps import segment_chinese
+        "$py" -c 'import sys; from paraphrastic.preprocess.steps import segment_chinese
 lines = open(sys.argv[1], encoding="utf-8").read().splitlines()
 open(sys.argv[2], "w", encoding="utf-8").write("".join(s + "\n" for s in segment_chinese(lines)))' \
             "$data/tatoeba/cmn-eng.cmn" "$seg/tatoeba/cmn-eng.cmn"

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from paraphrastic import models
 
-import models  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SHARED_DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
 

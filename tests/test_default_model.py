@@ -6,8 +6,7 @@ import re
 import pytest
 from conftest import ROOT
 
-import evaluate
-import models
+from paraphrastic import evaluate, models
 
 CARD = ROOT / "data" / "models" / "README.md"
 

@@ -18,9 +18,7 @@ import pytest
 import torch
 from conftest import ROOT, generated_sentences
 
-import distributed
-import models
-import train
+from paraphrastic import distributed, models, train
 
 TOL = 1e-5
 
@@ -147,8 +145,7 @@ def test_nccl_on_cpu_is_a_one_line_error(data, tmp_path, monkeypatch, capsys):
 
 COLLECTIVES = """
 import sys, torch, torch.distributed as dist
-sys.path.insert(0, sys.argv[1])
-import distributed
+from paraphrastic import distributed
 dist.init_process_group("gloo")
 distributed.RANK, distributed.WORLD = r, w = dist.get_rank(), dist.get_world_size()
 dense = [torch.full((2, 3), float(r)), torch.arange(4.0) * (r + 1)]
@@ -168,7 +165,7 @@ def test_collectives_on_two_ranks(tmp_path):
     sum over the union of rows with the mean loss, and the stop consensus."""
     (tmp_path / "worker.py").write_text(COLLECTIVES)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    done = subprocess.run([*cmd, str(tmp_path / "worker.py"), str(ROOT)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([*cmd, str(tmp_path / "worker.py")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -11,8 +11,7 @@ import pytest
 import torch
 from conftest import ROOT, generated_sentences
 
-import models
-import train
+from paraphrastic import models, train
 
 WORDS = ["a", "man", "dog", "the", "runs"]
 
@@ -238,7 +237,7 @@ def test_word_vocabulary_is_counted_on_both_sides_of_the_training_pairs(pairs_fi
 
 
 def test_only_sp_models_export_to_static_embedding_folders(tmp_path):
-    import interop
+    from paraphrastic import interop
 
     with pytest.raises(models.ModelError, match="a word model cannot be exported"):
         interop.export_folder(word_model(), tmp_path / "out")

@@ -14,9 +14,8 @@ import torch
 from conftest import generated_sentences
 from scipy.stats import pearsonr, spearmanr
 
-import evaluate
-import models
-from fileio import InputError
+from paraphrastic import evaluate, models
+from paraphrastic.fileio import InputError
 
 # ----------------------------------------------------------------------------- fixtures
 

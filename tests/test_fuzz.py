@@ -10,8 +10,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import models
-from fileio import InputError, count_lines, iter_line_chunks, split_pair
+from paraphrastic import models
+from paraphrastic.fileio import InputError, count_lines, iter_line_chunks, split_pair
 
 FUZZ = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

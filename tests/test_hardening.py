@@ -22,12 +22,7 @@ from conftest import ROOT, generated_sentences, sp_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import embed_sentences
-import fileio
-import models
-import score_sentence_pairs
-import shards
-import train
+from paraphrastic import embed_sentences, fileio, models, score_sentence_pairs, shards, train
 
 PROPERTY = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

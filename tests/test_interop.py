@@ -20,9 +20,7 @@ model2vec = pytest.importorskip("model2vec")
 
 from conftest import ROOT, generated_sentences, shared_data_or_skip  # noqa: E402
 
-import interop  # noqa: E402
-import models  # noqa: E402
-import train  # noqa: E402
+from paraphrastic import interop, models, train  # noqa: E402
 
 LANGS = ("deu", "fra", "rus", "cmn", "ara")  # 100 English and 100 foreign Tatoeba lines each: 1,000 sentences
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from conftest import ROOT, generated_sentences
 
-import mine_bitext
-from mine_bitext import Side, knn, margin, mine, neighbourhood, one_to_one, parse_args
-from models import DEFAULT_MODEL
+from paraphrastic import mine_bitext
+from paraphrastic.mine_bitext import Side, knn, margin, mine, neighbourhood, one_to_one, parse_args
+from paraphrastic.models import DEFAULT_MODEL
 
 
 def needs_faiss():

@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import generated_sentences
 
-import models
-from models import ModelError, load_model
+from paraphrastic import models
+from paraphrastic.models import ModelError, load_model
 
 
 def hand_embedding(model: models.SPModel, text: str) -> np.ndarray:

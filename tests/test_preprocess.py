@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, generated_sentences
 
-from fileio import InputError
-from preprocess import download, steps
-from preprocess.evaluation import download as eval_download
-from shards import Shard
+from paraphrastic.fileio import InputError
+from paraphrastic.preprocess import download, steps
+from paraphrastic.preprocess.evaluation import download as eval_download
+from paraphrastic.shards import Shard
 
 # ------------------------------------------------------------------ trigram overlap (hand-worked)
 

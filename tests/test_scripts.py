@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 from conftest import ROOT, generated_sentences
 
-import embed_sentences
-import score_sentence_pairs
-from models import load_model
+from paraphrastic import embed_sentences, score_sentence_pairs
+from paraphrastic.models import load_model
 
 
 def run_script(script: str, *args: str) -> subprocess.CompletedProcess:

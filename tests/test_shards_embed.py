@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from conftest import generated_sentences
 
-import embed_sentences
-from embed_sentences import concat_shards, open_sharded, shard_bounds
+from paraphrastic import embed_sentences
+from paraphrastic.embed_sentences import concat_shards, open_sharded, shard_bounds
 
 
 def embed(*args) -> int:

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 from conftest import generated_sentences
 
-import models
-import teacher
+from paraphrastic import models, teacher
 
 
 def test_pca_and_frequency_weights_match_a_hand_computation():

@@ -13,9 +13,7 @@ import pytest
 import torch
 from conftest import ROOT, generated_sentences, sp_model
 
-import models
-import shards
-import train
+from paraphrastic import models, shards, train
 
 
 @pytest.fixture
@@ -289,7 +287,7 @@ def test_resume_refuses_changed_settings(sp_file, pairs_file, tmp_path, capsys):
 
 def test_short_run_on_caption_paraphrases_learns(shared_data, tmp_path):
     """Captions need a small mega-batch: with M >= 2 the hardest negatives are near-paraphrases."""
-    import evaluate
+    from paraphrastic import evaluate
 
     pairs = shared_data / "train" / "en_paraphrase" / "multi30k_task2_en_captions.pairs.tsv.gz"
     sts17 = shared_data / "sts" / "2017" / "en-en.tsv"

@@ -35,7 +35,7 @@ for lang in "${langs[@]}"; do
     if [[ -n ${BITEXT_LOCAL:-} ]]; then
         src=$BITEXT_LOCAL
     else
-        src=$("$py" -m preprocess.download opus --lang "$lang" --downloads "$downloads")
+        src=$("$py" -m paraphrastic.preprocess.download opus --lang "$lang" --downloads "$downloads")
     fi
     step filter-bitext "$src" --lang "$lang" --out "$out/filtered.$lang.tsv" "${workers[@]}"
     filtered+=("$out/filtered.$lang.tsv")

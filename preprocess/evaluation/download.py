@@ -15,10 +15,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from fileio import InputError, atomic_output, run_cli  # noqa: E402
-from preprocess.download import fetch  # noqa: E402
+from paraphrastic.fileio import InputError, atomic_output, run_cli
+from paraphrastic.preprocess.download import fetch
 
 STS_WIKI = "http://ixa2.si.ehu.es/stswiki/images"
 STS_YEARS = {
@@ -162,7 +160,9 @@ def source(url: str, local: Path | None, downloads: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m preprocess.evaluation.download", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m paraphrastic.preprocess.evaluation.download", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--out", type=Path, required=True, help="data folder to fill (e.g. data/eval)")
     p.add_argument("--local", type=Path, help="folder holding the official archives (no download)")
     p.add_argument("--downloads", type=Path, default=Path(__file__).resolve().parent / "downloads")

@@ -7,9 +7,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 args=(--out "${1:-$root/data/eval}" --downloads "${DOWNLOAD_DIR:-$here/downloads}")
 [[ -n ${EVAL_LOCAL_DIR:-} ]] && args+=(--local "$EVAL_LOCAL_DIR")
 # shellcheck disable=SC2206
 [[ -n ${EVAL_ONLY:-} ]] && args+=(--only $EVAL_ONLY)
-"${PYTHON:-python}" -m preprocess.evaluation.download "${args[@]}"
+"${PYTHON:-python}" -m paraphrastic.preprocess.evaluation.download "${args[@]}"

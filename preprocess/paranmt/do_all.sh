@@ -23,8 +23,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 default_out=$PWD/data/paranmt-sim-low=$1-sim-high=$2-ovl=$3
 source "$here/../common.sh"
 
-paranmt=$("$py" -m preprocess.download paranmt --downloads "$downloads" ${PARANMT_LOCAL:+--local "$PARANMT_LOCAL"})
-lid=$("$py" -m preprocess.download lid --downloads "$downloads" ${LID_MODEL:+--local "$LID_MODEL"})
+paranmt=$("$py" -m paraphrastic.preprocess.download paranmt --downloads "$downloads" ${PARANMT_LOCAL:+--local "$PARANMT_LOCAL"})
+lid=$("$py" -m paraphrastic.preprocess.download lid --downloads "$downloads" ${LID_MODEL:+--local "$LID_MODEL"})
 
 step filter-paranmt "$paranmt" --lid-model "$lid" --sim-low "$1" --sim-high "$2" --ovl "$3" \
     --out "$out/filtered.tsv" "${workers[@]}"
