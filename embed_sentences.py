@@ -21,13 +21,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from paraphrastic.fileio import (
     InputError,
+    at_least,
     atomic_output,
     atomic_path,
+    cli_parser,
     count_lines,
     iter_line_chunks,
     open_input,
@@ -35,27 +36,28 @@ from paraphrastic.fileio import (
     reserve_space,
     run_cli,
 )
-from paraphrastic.models import DEFAULT_MODEL, load_model
+from paraphrastic.models import DEFAULT_MODEL, load_model, use_threads
 
 SHARD_FORMAT = "paraphrastic-shard"
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog="shards: embed_sentences.py --sentence-file X --output-file part-I.npy --shard I --num-shards N, "
-        "then embed_sentences.py --concat all.npy part-0.npy ... part-(N-1).npy",
+    p = cli_parser(
+        __doc__,
+        "paraphrastic-embed --sentence-file data/example-sentences.txt --output-file vectors.npy\n"
+        "shards: paraphrastic-embed --sentence-file X --output-file part-I.npy --shard I --num-shards N, then\n"
+        "  paraphrastic-embed --concat all.npy part-0.npy ... part-(N-1).npy",
     )
     p.add_argument("--sentence-file", help="UTF-8 text, one sentence per line")
     p.add_argument("--load-file", help="model file (default: the shipped English model)")
     p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
     p.add_argument("--output-file", help="output .npy, shape (lines, dim)")
-    p.add_argument("--batch-size", type=int, default=8192, help="sentences per tokenize+pool step")
-    p.add_argument("--chunk-lines", type=int, default=262144, help="lines read from disk at a time")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, or auto")
+    p.add_argument("--batch-size", type=at_least(1), default=8192, help="sentences per tokenize+pool step")
+    p.add_argument("--chunk-lines", type=at_least(1), default=262144, help="lines read from disk at a time")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, or auto")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
-    p.add_argument("--threads", type=int, help="CPU threads for tokenizing and pooling (default: all)")
+    p.add_argument("--threads", type=at_least(1), help="CPU threads (default: the idle cores)")
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--shard", type=int, help="embed only slice I (0-based) of --num-shards contiguous slices")
@@ -263,8 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = concat_shards(paths, out)
         print(f"wrote {rows} rows from {len(paths)} shards to {out}", file=sys.stderr)
         return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     open_input(args.sentence_file)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
     remove_stale_temps(args.output_file)  # left by a killed run

@@ -33,7 +33,7 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 
 from paraphrastic import models
-from paraphrastic.fileio import InputError, atomic_output, read_lines, run_cli
+from paraphrastic.fileio import InputError, at_least, atomic_output, cli_parser, read_lines, run_cli
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
@@ -519,11 +519,11 @@ def evaluate(
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options; bad --tasks or --batch-size exit through argparse."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p = cli_parser(__doc__, "paraphrastic-evaluate --tasks sts,stsb --data-dir ../shared/data")
     p.add_argument("--load-file", help="model file (default: the shipped default model)")
     p.add_argument("--sp-model", help="sentencepiece model of an original-release model file")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
-    p.add_argument("--batch-size", type=int, default=8192, help="sentences per embedding batch")
+    p.add_argument("--batch-size", type=at_least(1), default=8192, help="sentences per embedding batch")
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
     p.add_argument("--langs", help=f"Tatoeba languages, comma-separated, or 'all' (default {','.join(DEFAULT_LANGS)})")
     p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="evaluation data (default %(default)s)")
@@ -535,8 +535,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.tasks) - set(TASKS))
     if unknown or not args.tasks:
         p.error(f"--tasks: unknown {','.join(unknown) or '(empty)'}; choose from {','.join(TASKS)}")
-    if args.batch_size < 1:
-        p.error("--batch-size must be at least 1")
     return args
 
 

@@ -7,6 +7,7 @@ partial output behind.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import glob
@@ -258,3 +259,35 @@ def run_cli(main: Callable[[list[str] | None], int | None]) -> Callable[[list[st
             return 130
 
     return wrapped
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """--help that shows each option's default (where it has one) and keeps the example's line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS) and action.option_strings
+        return text + " (default: %(default)s)" if shown and "default" not in text else text
+
+
+def cli_parser(doc: str, example: str, prog: str | None = None) -> argparse.ArgumentParser:
+    """A command's parser: the first paragraph of `doc` as its description, defaults shown, one example."""
+    return argparse.ArgumentParser(
+        prog=prog, description=doc.split("\n\n")[0], epilog=f"example:\n  {example}", formatter_class=HelpFormatter
+    )
+
+
+def at_least(low: int, kind=int) -> Callable[[str], int]:
+    """An argparse type: a number of `kind` that is at least `low`, else a usage error naming the bound."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse

@@ -13,7 +13,6 @@ sits on the unknown-token row, because model2vec drops the tokenizer's unknown i
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -23,12 +22,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from paraphrastic.fileio import atomic_output, run_cli
+from paraphrastic.fileio import HelpFormatter, atomic_output, cli_parser, run_cli
 from paraphrastic.models import ModelError, SPModel, Tokenizer, load_model
 
 if TYPE_CHECKING:
     import tokenizers
 
+PORTABLE_CONFIG = ("encoder", "lowercase", "dim", "vocab_size")  # what an exported config.json keeps
 SP_FILE = "sentencepiece.model"
 PLACEHOLDER = "\ue000"  # a private-use character: stands for a run of unknown characters
 HIDDEN = "\ue001"  # prefixes control pieces (<s>, </s>) so no text can match them; inputs never keep it
@@ -129,7 +129,7 @@ def export_folder(model: SPModel, folder: str | os.PathLike) -> Path:
         "max_length": None,
         "pooling": "mean",
         "embedding_dtype": "float32",
-        "paraphrastic": json.loads(json.dumps(model.config, default=str)),
+        "paraphrastic": {k: v for k, v in model.config.items() if k in PORTABLE_CONFIG},  # nothing of this machine
     }
     modules = [{"idx": 0, "name": "0", "path": ".", "type": "sentence_transformers.models.StaticEmbedding"}]
     files = {
@@ -218,15 +218,19 @@ def import_folder(folder: str | os.PathLike) -> SPModel:
             f"and this tokenizer.json is {kind}{hint}"
         )
     tokenizer = Tokenizer(sp_path.read_bytes(), _lowercases(spec.get("normalizer")))
-    return SPModel(tokenizer, _read_table(folder), {"source": str(folder)})
+    return SPModel(tokenizer, _read_table(folder), {"source": folder.name})
 
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     """`export`: write a model as a sentence-transformers / model2vec folder."""
-    parser = argparse.ArgumentParser(prog="python -m interop", description=__doc__.split("\n\n")[0])
+    parser = cli_parser(
+        __doc__, "paraphrastic-export export --output-dir my-model  # then SentenceTransformer('my-model')"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    export = commands.add_parser("export", help="write a model as a static-embedding folder")
+    export = commands.add_parser(
+        "export", help="write a model as a static-embedding folder", formatter_class=HelpFormatter
+    )
     export.add_argument("--load-file", type=Path, help="model to export (any path load_model reads; default model)")
     export.add_argument("--output-dir", type=Path, required=True, help="folder to write (created if missing)")
     args = parser.parse_args(argv)

@@ -40,8 +40,8 @@ import torch
 from tqdm import tqdm
 
 from paraphrastic.embed_sentences import embed_file
-from paraphrastic.fileio import InputError, atomic_output, iter_line_chunks, open_input, run_cli
-from paraphrastic.models import load_model
+from paraphrastic.fileio import InputError, at_least, atomic_output, cli_parser, iter_line_chunks, open_input, run_cli
+from paraphrastic.models import load_model, use_threads
 
 DEFAULT_THRESHOLD = {"margin": 1.06, "cosine": 0.7}
 FAISS_HINT = "pip install faiss-cpu (or: pip install -e .[mine])"
@@ -57,11 +57,8 @@ class Side:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = cli_parser(__doc__, "paraphrastic-mine --source de.txt --target en.txt --output-file mined.tsv")
+    p.epilog = __doc__.split("\n\n", 1)[1] + "\n" + p.epilog
     p.add_argument("--source", help="text file, one sentence per line (bitext mode, with --target)")
     p.add_argument("--target", help="text file, one sentence per line (bitext mode, with --source)")
     p.add_argument("--paraphrase", metavar="FILE", help="mine paraphrase pairs within this one file")
@@ -87,10 +84,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nprobe", type=int, default=16, help="IVF lists visited per query")
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="vectors on disk")
     p.add_argument("--work-dir", help="where the vector files go (default: a temporary folder beside the output)")
-    p.add_argument("--batch-size", type=int, default=8192, help="sentences per tokenize+pool step")
-    p.add_argument("--chunk-lines", type=int, default=65536, help="lines read, or sentences searched, at a time")
+    p.add_argument("--batch-size", type=at_least(1), default=8192, help="sentences per tokenize+pool step")
+    p.add_argument(
+        "--chunk-lines", type=at_least(1), default=65536, help="lines read, or sentences searched, at a time"
+    )
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, or auto (embedding only)")
-    p.add_argument("--threads", type=int, help="CPU threads (default: all)")
+    p.add_argument("--threads", type=at_least(1), help="CPU threads (default: the idle cores)")
     p.add_argument("--seed", type=int, default=0, help="seed of the IVF training sample")
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -367,12 +366,11 @@ def work_dir(args: argparse.Namespace):
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-        if have_faiss():
-            import faiss
+    threads = use_threads(args.threads)
+    if have_faiss():
+        import faiss
 
-            faiss.omp_set_num_threads(args.threads)
+        faiss.omp_set_num_threads(threads)
     files = [Path(p) for p in ([args.paraphrase] if args.paraphrase else [args.source, args.target])]
     for path in files:
         open_input(path)

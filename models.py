@@ -356,10 +356,25 @@ class Model(nn.Module):
         return out
 
     def score_raw_text(self, pairs: Sequence[tuple[str, str]], batch_size: int = 8192) -> list[float]:
-        """Cosine similarity of each (sentence1, sentence2) pair, in order."""
+        """Cosine similarity of each (sentence1, sentence2) pair, in order; NaN where a side is empty or
+        blank (there is no text to compare, and the unknown-token vector of both would score 1)."""
+        if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
+            raise TypeError("score_raw_text takes a list of (sentence1, sentence2) pairs; for one pair pass [(a, b)]")
+        if any(isinstance(p, str) or len(p) != 2 for p in pairs):
+            raise TypeError("score_raw_text takes a list of (sentence1, sentence2) pairs, each two strings")
         left = self.embed_raw_text([p[0] for p in pairs], batch_size)
         right = self.embed_raw_text([p[1] for p in pairs], batch_size)
-        return cosine(left, right).tolist()
+        blank = np.array([not (a.strip() and b.strip()) for a, b in pairs], dtype=bool)
+        return np.where(blank, np.nan, cosine(left, right)).tolist()
+
+    encode = embed_raw_text  # the sentence-transformers name
+
+    def similarity(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> np.ndarray:
+        """Cosine of every row of `a` with every row of `b`, (len(a), len(b)), as sentence-transformers'
+        `similarity`: each side is a list of sentences or an array of vectors from `encode`."""
+        a, b = (np.asarray(x) if isinstance(x, np.ndarray | torch.Tensor) else self.encode(x) for x in (a, b))
+        unit = [x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) for x in (a, b)]
+        return unit[0] @ unit[1].T
 
     def checkpoint(self, extra_config: dict | None = None, half: bool = False) -> dict:
         """The self-contained checkpoint: table, tokenizers, LSTM weights and config, as plain data."""
@@ -469,6 +484,16 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelError("--device cuda was asked for but no CUDA device is available (use cpu or auto)")
     return device
+
+
+def use_threads(threads: int | None = None) -> int:
+    """Set torch's CPU threads: `threads`, else the cores that other processes leave idle (cores minus the
+    1-minute load average, at least 1). Spinning threads on busy cores are many times slower than one thread."""
+    if not threads:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        threads = max(1, min(cores, round(cores - os.getloadavg()[0])))
+    torch.set_num_threads(threads)
+    return threads
 
 
 def native_bf16(device: torch.device | str = "cpu") -> bool:
@@ -657,26 +682,20 @@ def read_sp_model(path: str | os.PathLike) -> bytes:
 def train_sentencepiece(text_file: str | os.PathLike, vocab_size: int, num_threads: int | None = None) -> bytes:
     """Train a unigram sentencepiece model (character coverage 0.995) and return its bytes.
 
-    The text should already be lowercased for a lowercasing model. The vocabulary is capped at what
-    the text supports, so tiny corpora still train.
+    The text should already be lowercased for a lowercasing model. `vocab_size` is an upper bound: a small
+    text gets the pieces it supports (sentencepiece's soft limit), so tiny corpora still train.
     """
     buf = io.BytesIO()
-    common = dict(
+    spm.SentencePieceTrainer.train(
         input=str(text_file),
         model_writer=buf,
         model_type="unigram",
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,
         character_coverage=0.995,
         input_sentence_size=2_000_000,
         shuffle_input_sentence=True,
         num_threads=num_threads or os.cpu_count() or 1,
         minloglevel=2,
     )
-    try:
-        spm.SentencePieceTrainer.train(vocab_size=vocab_size, **common)
-    except RuntimeError as e:
-        if "Vocabulary size too high" not in str(e):
-            raise
-        cap = int(str(e).rsplit("<=", 1)[-1].strip(" .\n"))
-        buf = io.BytesIO()
-        spm.SentencePieceTrainer.train(vocab_size=cap, **{**common, "model_writer": buf})
     return buf.getvalue()

@@ -11,7 +11,7 @@ requirements = [
 
 setup(
     name="paraphrastic",
-    version="0.1.0",
+    version=next(line.split('"')[1] for line in (here / "__init__.py").open() if line.startswith("__version__")),
     description=__doc__,
     long_description=(here / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
@@ -20,10 +20,11 @@ setup(
     # The top-level files are the modules of one package, installed as paraphrastic.models, paraphrastic.train, ...
     # (never as top-level `models` or `evaluate`, names other packages use); the shipped models and the
     # preprocessing pipelines come with it.
-    packages=["paraphrastic", "paraphrastic.preprocess", "paraphrastic.preprocess.evaluation"],
+    py_modules=["paraphrastic." + path.stem for path in sorted(here.glob("*.py")) if path.name != "setup.py"],
+    packages=["paraphrastic.data", "paraphrastic.preprocess", "paraphrastic.preprocess.evaluation"],
     package_dir={"paraphrastic": "."},
     package_data={
-        "paraphrastic": ["data/models/*.pt", "data/models/*.md", "data/*.txt"],
+        "paraphrastic.data": ["*.txt", "models/*.pt", "models/*.md"],
         "paraphrastic.preprocess": ["*.sh", "*.md", "*/*.sh"],
         "paraphrastic.preprocess.evaluation": ["*.sh"],
     },

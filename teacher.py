@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from paraphrastic.fileio import InputError, atomic_path, iter_line_chunks, open_input, read_lines, run_cli
+from paraphrastic.fileio import InputError, atomic_path, cli_parser, iter_line_chunks, open_input, read_lines, run_cli
 from paraphrastic.models import SPModel, Tokenizer, flatten, native_bf16
 
 DEFAULT_TEACHER = "all-MiniLM-L6-v2"
@@ -149,7 +149,10 @@ def save_npy(path: Path, value: np.ndarray) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli_parser(
+        __doc__,
+        "python -m paraphrastic.teacher --sp-model sp.model --counts-file text.txt --output-dir teacher-init",
+    )
     p.add_argument("--sp-model", type=Path, required=True, help="sentencepiece model of the new SP model")
     p.add_argument("--counts-file", type=Path, required=True, help="text whose piece frequencies set the weights")
     p.add_argument("--distill-sentences", type=Path, help="sentences to compute teacher targets for (--distill)")

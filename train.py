@@ -48,7 +48,9 @@ from tqdm import tqdm
 from paraphrastic import distributed
 from paraphrastic.fileio import (
     InputError,
+    at_least,
     atomic_output,
+    cli_parser,
     iter_line_chunks,
     open_input,
     remove_stale_temps,
@@ -68,6 +70,7 @@ from paraphrastic.models import (
     read_sp_model,
     resolve_device,
     train_sentencepiece,
+    use_threads,
 )
 from paraphrastic.shards import Shard
 
@@ -83,6 +86,7 @@ NAN_ENV = "PARAPHRASTIC_TRAIN_NAN_AT_STEP"  # test hook: "STEP[,STEP...]": these
 STRUCTURE = ("encoder", "lowercase", "parts", "combine")  # the config keys that say what a model is
 NAN_EXIT = 3  # exit status when --on-nan stop stops the run
 SP_INPUT = "sentencepiece-input.txt"  # temporary text a new sentencepiece model is trained on
+PATH_ARGS = ("train_file", "train_shards", "output_dir", "sp_model", "init_from", "distill", "dev_file")
 OUTPUTS = ("model.pt", "best.pt", "resume.pt", "sp.model", SP_INPUT)  # names whose stale temporaries are removed
 # Arguments that must not change on --resume (the others, e.g. --max-steps, may).
 FIXED_ON_RESUME = (
@@ -801,14 +805,15 @@ class Trainer:
         self.seconds["save"] += time.perf_counter() - start
 
     def _save(self) -> None:
-        extra = {"training": {"step": self.step, "epoch": self.epoch, "args": plain_args(self.args)}}
+        extra = {"training": {"step": self.step, "epoch": self.epoch, "args": plain_args(self.args, names_only=True)}}
         scores = self.dev_scores()
         if scores:
             mean = sum(scores.values()) / len(scores)
             improved = self.best is None or mean > self.best
             if improved:
                 self.best = mean
-                self.model.save(self.out / "best.pt", extra_config={**extra, "dev_pearson": scores})
+                dev = {Path(k).name: v for k, v in scores.items()}
+                self.model.save(self.out / "best.pt", extra_config={**extra, "dev_pearson": dev})
             text = " ".join(f"{Path(k).name}={v:.2f}" for k, v in scores.items())
             tqdm.write(f"step {self.step}: dev Pearson {text} (mean {mean:.2f}{', best' if improved else ''})")
             self._metrics({"event": "dev", "step": self.step, "epoch": self.epoch, "pearson": scores, "mean": mean})
@@ -856,20 +861,25 @@ def _fault_injection(step: int) -> None:
 # ----------------------------------------------------------------------------- setup
 
 
-def plain_args(args: argparse.Namespace) -> dict:
-    """The arguments as plain values (paths as strings), for checkpoints loaded with weights_only=True."""
+def plain_args(args: argparse.Namespace, names_only: bool = False) -> dict:
+    """The arguments as plain values (paths as strings), for checkpoints loaded with weights_only=True;
+    `names_only` keeps only the file names of paths, so that a model file carries nothing of this machine."""
+    path = (lambda x: Path(x).name) if names_only else str
     plain = {}
     for k, v in vars(args).items():
-        plain[k] = [str(x) for x in v] if isinstance(v, list) else str(v) if isinstance(v, Path) else v
+        if k in PATH_ARGS and v is not None:
+            v = [path(x) for x in v] if isinstance(v, list) else path(v)
+        plain[k] = v
     return plain
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = cli_parser(
+        "Train a sentence encoder (SP by default) with the margin loss and mega-batch hard negatives.",
+        "paraphrastic-train --train-file pairs.tsv.gz --output-dir runs/sp --vocab-size 8000 --max-steps 2000\n"
+        "On caption paraphrases keep --megabatch-size small (1 was best on Multi30k captions): large mega-batches\n"
+        "mine captions of near-identical images as negatives and training collapses.",
         prog="paraphrastic-train",
-        description="Train a sentence encoder (SP by default) with the margin loss and mega-batch hard negatives.",
-        epilog="On caption paraphrases keep --megabatch-size small (1 was best on Multi30k captions): large "
-        "mega-batches mine captions of near-identical images as negatives and training collapses.",
     )
     data = p.add_mutually_exclusive_group(required=True)
     data.add_argument("--train-file", type=Path, help="TSV of sentence pairs s1<TAB>s2 (.gz accepted)")
@@ -900,32 +910,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="shuffle a training sentence's token order with this probability (default 0.3 for LSTMs, else 0)",
     )
     p.add_argument(
-        "--max-types", type=int, default=200_000, help="vocabulary of word and trigram models (default 200000)"
+        "--max-types", type=at_least(1), default=200_000, help="vocabulary of word and trigram models (default 200000)"
     )
-    p.add_argument("--sp-model", type=Path, help="sentencepiece model to use (default: train one on the pairs)")
+    p.add_argument(
+        "--sp-model",
+        type=Path,
+        help="sentencepiece model (default: with --train-shards the sp.model beside them, else one trained on the pairs)",
+    )
     p.add_argument(
         "--init-from",
         type=Path,
         help="start from this model's tokenizer and embedding table (any model load_model reads; sets --dim)",
     )
-    p.add_argument("--vocab-size", type=int, default=50000, help="pieces when training sentencepiece (default 50000)")
+    p.add_argument(
+        "--vocab-size", type=at_least(8), default=50000, help="pieces when training sentencepiece (default 50000)"
+    )
     p.add_argument(
         "--lowercase",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="lowercase text before sentencepiece (default: yes; shards record their own)",
     )
-    p.add_argument("--dim", type=int, default=1024, help="embedding dimension (default 1024)")
-    p.add_argument("--batch-size", type=int, default=128, help="pairs per update (default 128)")
-    p.add_argument("--megabatch-size", type=int, default=100, help="M: mini-batches pooled for mining (default 100)")
+    p.add_argument("--dim", type=at_least(1), default=1024, help="embedding dimension (default 1024)")
+    p.add_argument("--batch-size", type=at_least(1), default=128, help="pairs per update (default 128)")
+    p.add_argument(
+        "--megabatch-size", type=at_least(1), default=100, help="M: mini-batches pooled for mining (default 100)"
+    )
     p.add_argument(
         "--megabatch-anneal",
-        type=int,
+        type=at_least(0),
         default=150,
         help="grow M by 1 every this many updates, from 1; 0: M from the start (default 150)",
     )
-    p.add_argument("--epochs", type=int, default=25, help="passes over the data (default 25)")
-    p.add_argument("--max-steps", type=int, help="stop after this many updates")
+    p.add_argument("--epochs", type=at_least(1), default=25, help="passes over the data (default 25)")
+    p.add_argument("--max-steps", type=at_least(1), help="stop after this many updates")
     p.add_argument("--lr", type=float, default=0.001, help="Adam learning rate (default 0.001)")
     p.add_argument("--delta", type=float, default=0.4, help="margin (default 0.4)")
     p.add_argument("--dropout", type=float, default=0.0, help="dropout on the piece embeddings")
@@ -952,7 +970,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "row per line of SENTENCES, e.g. from teacher.py)",
     )
     p.add_argument("--distill-weight", type=float, default=1.0, help="weight of the distillation loss (default 1)")
-    p.add_argument("--distill-batch-size", type=int, help="sentences per distillation batch (default: --batch-size)")
+    p.add_argument(
+        "--distill-batch-size", type=at_least(1), help="sentences per distillation batch (default: --batch-size)"
+    )
     p.add_argument("--margin-weight", type=float, default=1.0, help="weight of the margin loss (default 1)")
     p.add_argument(
         "--on-nan",
@@ -960,8 +980,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="stop",
         help="a NaN/inf loss or gradient: stop, keeping the last good checkpoint (exit 3), or skip the batch",
     )
-    p.add_argument("--save-every", type=int, default=0, help="also save every N updates (default: each epoch)")
-    p.add_argument("--log-every", type=int, default=100, help="metrics.jsonl line every N updates (default 100)")
+    p.add_argument("--save-every", type=at_least(0), default=0, help="also save every N updates (default: each epoch)")
+    p.add_argument(
+        "--log-every", type=at_least(1), default=100, help="metrics.jsonl line every N updates (default 100)"
+    )
     p.add_argument(
         "--dev-file",
         type=Path,
@@ -973,7 +995,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1, help="seed of the initialisation, data order and dropout")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --output-dir")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    p.add_argument("--threads", type=at_least(1), default=None, help="CPU threads (default: the idle cores)")
     distributed.add_arguments(p)  # DDP hook: --global-megabatch, --dist-backend
     args = p.parse_args(argv)
     for name in ("dim", "batch_size", "megabatch_size", "epochs", "vocab_size", "log_every"):
@@ -1080,16 +1102,23 @@ def model_and_source(args: argparse.Namespace, state: dict | None, out: Path, th
         tokens = model_parts(args.model)
         if len(tokens) != 1 or tokens[0][1] != "sp":
             raise InputError(f"--train-shards hold sentencepiece ids; a {args.model} model trains from --train-file")
-        if model is None and args.sp_model is None:
-            raise InputError("--train-shards needs --sp-model: the sentencepiece model the shards were encoded with")
-        source = ShardSet(paths, model.sp_tokenizer.sp_model if model else read_sp_model(args.sp_model))
+        sp = model.sp_tokenizer.sp_model if model else read_sp_model(args.sp_model or shards_sp_model(paths[0]))
+        source = ShardSet(paths, sp)
         if args.lowercase is not None and args.lowercase != source.lowercase:
             raise InputError(f"{paths[0]}: the shards were encoded with lowercase={source.lowercase}")
-        return model or new_model(args, out, threads, source.lowercase), source
+        return model or new_model(args, out, threads, source.lowercase, Tokenizer(sp, source.lowercase)), source
     open_input(args.train_file)
     model = model or new_model(args, out, threads, True if args.lowercase is None else args.lowercase)
     tqdm.write(f"tokenizing {args.train_file}")
     return model, tokenize_pairs(args.train_file, model, args.skip_bad_lines, threads)
+
+
+def shards_sp_model(shard: Path) -> Path:
+    """The sentencepiece model that preprocess/ wrote beside the shards (in their folder or its parent)."""
+    for folder in (shard.parent, shard.parent.parent):
+        if (folder / "sp.model").is_file():
+            return folder / "sp.model"
+    raise InputError(f"{shard}: no sp.model beside the shards; pass --sp-model, the model they were encoded with")
 
 
 def load_init_model(args: argparse.Namespace) -> Model | None:
@@ -1123,8 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     distributed.setup(args)  # DDP hook: join torchrun's process group; batch sizes become the run's
     keep_freed_memory()
-    threads = args.threads or os.cpu_count() or 1
-    torch.set_num_threads(threads)
+    threads = use_threads(args.threads)
     device = resolve_device(args.device)
     out = args.output_dir
     check_inputs(args)
@@ -1151,6 +1179,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer = Trainer(args, model, PairSampler(source, args.seed), out)
     if state is not None:
         trainer.load_state_dict(state)
+        tqdm.write(f"resuming from step {trainer.step} of {out}")
     distributed.attach(trainer, PairData)  # DDP hook: this rank's share of the data from here on
     tqdm.write(
         f"training {len(source)} pairs: {model.kind} model, dim {model.dim}, {model.embedding.num_embeddings} rows, "

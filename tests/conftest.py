@@ -3,6 +3,7 @@ and the path of the real data in ../shared/data (skipped when absent, a failure 
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 from pathlib import Path
@@ -40,6 +41,14 @@ def shared_data_or_skip() -> Path:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{SHARED_DATA} is missing: CI must have ../shared/data")
     pytest.skip(f"{SHARED_DATA} not present")
+
+
+def need(module: str):
+    """Import an optional extra's module: a skip where it is not installed, a failure under CI=true (CI
+    installs every extra, so its tests must run there)."""
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from conftest import generated_sentences
+from conftest import generated_sentences, need
 from scipy.stats import pearsonr, spearmanr
 
 from paraphrastic import evaluate, models
@@ -158,7 +158,7 @@ def test_nearest_ties_go_to_the_lowest_row():
 
 
 def test_nearest_with_faiss_agrees_with_torch(monkeypatch):
-    pytest.importorskip("faiss")
+    need("faiss")
     rng = np.random.default_rng(3)
     a, b = rng.normal(size=(50, 16)), rng.normal(size=(400, 16))
     want = evaluate.nearest_both_ways(a, b)

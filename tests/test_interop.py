@@ -14,13 +14,14 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # every load below is from a local folder; n
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT, generated_sentences, need, shared_data_or_skip
 
-sentence_transformers = pytest.importorskip("sentence_transformers")
-model2vec = pytest.importorskip("model2vec")
+from paraphrastic import interop, models, train
 
-from conftest import ROOT, generated_sentences, shared_data_or_skip  # noqa: E402
-
-from paraphrastic import interop, models, train  # noqa: E402
+sentence_transformers = need("sentence_transformers")
+model2vec = need("model2vec")
+need("safetensors")
+need("tokenizers")
 
 LANGS = ("deu", "fra", "rus", "cmn", "ara")  # 100 English and 100 foreign Tatoeba lines each: 1,000 sentences
 

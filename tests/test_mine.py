@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, generated_sentences
+from conftest import ROOT, generated_sentences, need
 
 from paraphrastic import mine_bitext
 from paraphrastic.mine_bitext import Side, knn, margin, mine, neighbourhood, one_to_one, parse_args
@@ -18,6 +18,7 @@ from paraphrastic.models import DEFAULT_MODEL
 
 def needs_faiss():
     """faiss is an extra (`.[mine]`): skipped where absent, but CI must exercise it."""
+    need("faiss")
     if not mine_bitext.have_faiss():
         if os.environ.get("CI") == "true":
             pytest.fail("faiss is missing: CI installs the mine extra")

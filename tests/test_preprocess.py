@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, generated_sentences
+from conftest import ROOT, generated_sentences, need
 
 from paraphrastic.fileio import InputError
 from paraphrastic.preprocess import download, steps
@@ -84,7 +84,7 @@ def test_bitext_filter_lowercases_and_bounds_the_english_length():
 
 
 def test_chinese_is_segmented_with_jieba():
-    pytest.importorskip("jieba")
+    need("jieba")
     steps._init_worker({"lang": "zh", "min_len": 3, "max_len": 100})
     blob, _ = steps.filter_bitext_chunk([("The chef was found dead.", "厨师被发现死于旧金山。")])
     assert blob.decode().split("\t")[1].split() == ["厨师", "被", "发现", "死", "于", "旧金山", "。"]
@@ -98,7 +98,7 @@ def lid_model(tmp_path_factory) -> Path:
     """A tiny fastText classifier (__label__en / __label__de) trained on real bitext sentences."""
     from conftest import shared_data_or_skip
 
-    pytest.importorskip("fasttext")
+    need("fasttext")
     import fasttext
 
     data = shared_data_or_skip() / "train" / "bitext" / "multi30k" / "en-de.train.tsv.gz"
@@ -127,7 +127,7 @@ def test_language_id_keeps_english_pairs_and_drops_others(lid_model):
 
 
 def test_missing_lid_model_is_a_clear_error(tmp_path):
-    pytest.importorskip("fasttext")
+    need("fasttext")
     with pytest.raises(InputError, match="no such fastText"):
         steps.load_lid(tmp_path / "lid.176.bin")
 

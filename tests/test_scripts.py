@@ -86,8 +86,10 @@ def test_malformed_pair_line_is_a_one_line_error(tiny_model_file, tmp_path, bad_
     assert done.stderr.count("\n") == 1 and "p.txt:3: expected sentence1<TAB>sentence2" in done.stderr
     assert not out.exists(), "a failed run leaves no output"
     skipped = run_script("score_sentence_pairs.py", *base, "--skip-bad-lines", "--quiet")
-    assert skipped.returncode == 0 and "skipped 1 bad lines" in skipped.stderr
-    assert [line.split("\t")[:2] for line in out.read_text().splitlines()] == [["a", "b"], ["c", "d"], ["e", "f"]]
+    assert skipped.returncode == 0 and "1 bad lines (not exactly one tab) scored nan: line 3" in skipped.stderr
+    rows = [line.split("\t") for line in out.read_text().splitlines()]
+    assert [r[:2] for r in rows] == [["a", "b"], ["c", "d"], [bad_line.replace("\t", " "), ""], ["e", "f"]]
+    assert [r[2] == "nan" for r in rows] == [False, False, True, False], "row i is line i; the bad line scores nan"
 
 
 def test_missing_files_are_one_line_errors(tiny_model_file, tmp_path):
@@ -103,3 +105,66 @@ def test_missing_files_are_one_line_errors(tiny_model_file, tmp_path):
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
         assert "nope" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_pair_with_an_empty_side_scores_nan_not_one(tiny_model_file, tmp_path):
+    model = load_model(tiny_model_file)
+    scores = model.score_raw_text([("", ""), ("a man", "  "), ("a man", "a man")])
+    assert np.isnan(scores[0]) and np.isnan(scores[1]) and scores[2] == pytest.approx(1.0)
+    (tmp_path / "p.txt").write_text("\t\na man\ta man\n")
+    done = run_script(
+        "score_sentence_pairs.py", "--sentence-pair-file", tmp_path / "p.txt", "--load-file", tiny_model_file
+    )
+    assert done.returncode == 0 and "1 pairs with an empty side scored nan" in done.stderr
+    assert [line.split("\t")[2] for line in done.stdout.splitlines()] == ["nan", "1.000000"]
+
+
+def test_one_pair_as_a_tuple_is_a_clear_error(tiny_model_file):
+    model = load_model(tiny_model_file)
+    with pytest.raises(TypeError, match="pass \\[\\(a, b\\)\\]"):
+        model.score_raw_text(("a man", "a dog"))
+    with pytest.raises(TypeError, match="each two strings"):
+        model.score_raw_text(["a man", "a dog"])
+
+
+def test_encode_and_similarity_are_the_sentence_transformers_names(tiny_model_file):
+    model = load_model(tiny_model_file)
+    sentences = generated_sentences(5, seed=3)
+    np.testing.assert_array_equal(model.encode(sentences), model.embed_raw_text(sentences))
+    matrix = model.similarity(sentences[:2], model.encode(sentences))
+    assert matrix.shape == (2, 5)
+    pairs = [(a, b) for a in sentences[:2] for b in sentences]
+    np.testing.assert_allclose(matrix.ravel(), model.score_raw_text(pairs), atol=1e-5)
+
+
+def test_idle_cores_set_the_default_thread_count(monkeypatch):
+    import torch
+
+    from paraphrastic.models import use_threads
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+        monkeypatch.setattr("os.getloadavg", lambda: (2.6, 0.0, 0.0))
+        assert use_threads() == 1 and torch.get_num_threads() == 1
+        monkeypatch.setattr("os.getloadavg", lambda: (9.0, 0.0, 0.0))
+        assert use_threads() == 1
+        monkeypatch.setattr("os.getloadavg", lambda: (0.2, 0.0, 0.0))
+        assert use_threads() == 4
+        assert use_threads(3) == 3
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    "script, args",
+    [
+        ("embed_sentences.py", ["--sentence-file", "x", "--output-file", "y.npy", "--batch-size", "-1"]),
+        ("embed_sentences.py", ["--sentence-file", "x", "--output-file", "y.npy", "--chunk-lines", "0"]),
+        ("score_sentence_pairs.py", ["--sentence-pair-file", "x", "--threads", "-1"]),
+        ("train.py", ["--train-file", "x", "--output-dir", "y", "--max-steps", "0"]),
+    ],
+)
+def test_bad_numbers_are_usage_errors(script, args):
+    done = run_script(script, *args)
+    assert done.returncode == 2 and "must be at least" in done.stderr and "Traceback" not in done.stderr

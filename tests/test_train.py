@@ -203,6 +203,14 @@ def test_text_and_hdf5_give_the_same_batches_and_weights(sp_bytes, sp_file, pair
     args[args.index("--train-file") : args.index("--train-file") + 2] = ["--train-shards", str(folder)]
     assert train.main(args) == 0
     assert torch.equal(weights(tmp_path / "a" / "model.pt"), weights(tmp_path / "b" / "model.pt"))
+    (tmp_path / "sp.model").write_bytes(sp_bytes)  # as preprocess/ leaves it: OUT/sp.model beside OUT/shards/
+    args[args.index("--sp-model") : args.index("--sp-model") + 2] = []
+    args[args.index("--output-dir") + 1] = str(tmp_path / "c")
+    assert train.main(args) == 0, "--sp-model is found beside the shards"
+    assert torch.equal(weights(tmp_path / "a" / "model.pt"), weights(tmp_path / "c" / "model.pt"))
+    (tmp_path / "sp.model").unlink()
+    args[args.index("--output-dir") + 1] = str(tmp_path / "d")
+    assert train.main(args) == 2
 
 
 def test_shard_from_another_sentencepiece_model_is_refused(
@@ -280,6 +288,9 @@ def test_resume_refuses_changed_settings(sp_file, pairs_file, tmp_path, capsys):
     assert train.main(tiny_args(pairs_file, sp_file, out, "--max-steps", "6", "--resume", "--delta", "0.3")) == 2
     assert "--delta 0.4 -> 0.3" in capsys.readouterr().err
     assert train.main(tiny_args(pairs_file, sp_file, out, "--max-steps", "6", "--resume")) == 0
+    assert f"resuming from step 3 of {out}" in capsys.readouterr().out
+    config = models.load_model(out / "model.pt").config["training"]["args"]
+    assert config["train_file"] == pairs_file.name and config["output_dir"] == "run", "no paths of this machine"
 
 
 # ----------------------------------------------------------------------------- learning
