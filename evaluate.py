@@ -1,6 +1,6 @@
 """Evaluate a model on STS 2012-2016, STS 2017, STS Benchmark, SICK-R and Tatoeba, as in the paper.
 
-    python evaluate.py --load-file model.pt --tasks sts,sts17,stsb,sick,tatoeba [--compare] [--json out.json]
+    paraphrastic-evaluate --load-file model.pt --tasks sts,sts17,stsb,sick,tatoeba [--compare] [--json out.json]
 
 Protocols (Wieting et al., "Paraphrastic Representations at Scale"): the score of a pair is the cosine
 of the two sentence embeddings. STS 2012-2016 (Table 2): Pearson r x 100 per dataset, the mean over the

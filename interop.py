@@ -8,7 +8,7 @@ The `tokenizer.json` is a `tokenizers` Unigram model converted from the sentence
 the "▁" word prefix. Runs of characters sentencepiece does not know become one placeholder piece that
 sits on the unknown-token row, because model2vec drops the tokenizer's unknown id while we average it.
 
-    python -m interop export --load-file model.pt --output-dir my-model
+    paraphrastic-export export --load-file model.pt --output-dir my-model
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Mine translation pairs from two text files, or paraphrase pairs from one, by margin-scored kNN search.
 
-    python mine_bitext.py --source de.txt --target en.txt --load-file model.pt --output-file mined.tsv
-    python mine_bitext.py --paraphrase en.txt --output-file paraphrases.tsv
+    paraphrastic-mine --source de.txt --target en.txt --load-file model.pt --output-file mined.tsv
+    paraphrastic-mine --paraphrase en.txt --output-file paraphrases.tsv
 
 Each file is embedded into a float16 (or float32) memory map in chunks; each side is indexed with faiss
 (exact inner product below --ivf-min sentences, an IVF index from there; without faiss, small inputs are

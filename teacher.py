@@ -5,7 +5,7 @@ teacher, the vectors are reduced to `dim` by PCA, and each row is scaled by a fr
 a / (a + p(piece)) (as in SIF), so frequent pieces count less in a sentence average. The teacher's
 sentence vectors, projected by the same PCA, are the targets of `train.py --distill`.
 
-    python teacher.py --sp-model sp.model --counts-file text.txt --dim 300 \
+    python -m paraphrastic.teacher --sp-model sp.model --counts-file text.txt --dim 300 \
         --distill-sentences sentences.txt --output-dir teacher-init
 writes teacher-init/init.pt (for `train.py --init-from`) and teacher-init/targets.npy (for `--distill`).
 """
@@ -71,6 +71,13 @@ def english_training_sentences(data: Path, skip_tatoeba: bool = True) -> list[st
     sentences = list(seen)
     random.Random(0).shuffle(sentences)
     return sentences
+
+
+def center_rows(model: SPModel, sentences: list[str]) -> None:
+    """Subtract the mean vector of `sentences` from every row. A sentence vector is a mean of rows, so every
+    sentence vector is then centred (cosines no longer share one common direction); still the same averaging model."""
+    mean = model.encode(sentences).mean(0)
+    model.embedding.weight.data -= torch.from_numpy(mean).to(model.embedding.weight.dtype)
 
 
 def cache_root() -> Path:

