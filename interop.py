@@ -110,14 +110,17 @@ def hf_tokenizer(tokenizer: Tokenizer) -> tokenizers.Tokenizer:
 
 def export_folder(model: SPModel, folder: str | os.PathLike) -> Path:
     """Write `model` as a static-embedding folder that sentence-transformers and model2vec load."""
-    from safetensors.numpy import save
-
     if not isinstance(model, SPModel):
         raise ModelError(
             f"a {model.kind} model cannot be exported: static-embedding folders hold one sentencepiece table"
         )
     if model.piece_rows is not None:
         raise ModelError("an original-release model has rows that are not sentencepiece ids; it cannot be exported")
+    try:
+        import tokenizers  # noqa: F401  (hf_tokenizer needs it)
+        from safetensors.numpy import save
+    except ImportError:
+        raise ModelError("export needs the interop extra: pip install .[interop]") from None
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     table = model.embedding.weight.detach().cpu().float().numpy()
