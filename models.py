@@ -14,6 +14,7 @@ import io
 import itertools
 import os
 import pickle
+import platform
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -517,8 +518,6 @@ def cpu_name() -> str:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    import platform
-
     return platform.processor() or platform.machine()
 
 

@@ -47,13 +47,6 @@ def load_teacher(name_or_path: str, device: str = "cpu"):
     return SentenceTransformer(path, device=device)
 
 
-def teacher_vectors(teacher, texts: list[str], batch_size: int = 256) -> np.ndarray:
-    """The teacher's sentence vectors, float32 (len(texts), teacher dim)."""
-    return teacher.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=True).astype(
-        np.float32
-    )
-
-
 def english_training_sentences(data: Path, skip_tatoeba: bool = True) -> list[str]:
     """Distinct English sentences of ../shared/data/train in a seeded order: both sides of the English
     paraphrase pairs, the English side of each bitext file (Tatoeba-Challenge skipped unless `skip_tatoeba`
@@ -94,6 +87,7 @@ def encode_cached(
     folder = (cache_dir or cache_root() / "teacher") / name.replace("/", "--")
     folder.mkdir(parents=True, exist_ok=True)
     device = teacher.device
+    bf16 = native_bf16(device)
     out = np.empty((len(texts), teacher.get_sentence_embedding_dimension()), dtype=np.float16)
     with tqdm(total=len(texts), unit="sent", desc=f"teacher {name}", file=sys.stderr) as bar:
         for start in range(0, len(texts), shard):
@@ -101,7 +95,7 @@ def encode_cached(
             key = hashlib.sha256("\n".join([name, *part]).encode("utf-8", "surrogatepass")).hexdigest()[:32]
             path = folder / f"{key}.npy"
             if not path.exists():
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=native_bf16(device)):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                     vectors = teacher.encode(part, batch_size=batch_size, convert_to_numpy=True)
                 save_npy(path, vectors.astype(np.float16))
             out[start : start + len(part)] = np.load(path)
@@ -140,15 +134,6 @@ def initial_table(pieces: np.ndarray, probabilities: np.ndarray, pca: tuple, sif
     return ((pieces - mean) @ components * weights[:, None]).astype(np.float32)
 
 
-def cached(path: Path, compute) -> np.ndarray:
-    """Load `path` if it exists, else compute, save atomically and return it (teacher work is slow)."""
-    if path.exists():
-        return np.load(path)
-    value = compute()
-    save_npy(path, value)
-    return value
-
-
 def save_npy(path: Path, value: np.ndarray) -> None:
     """np.save, atomically."""
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
@@ -163,7 +148,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sp-model", type=Path, required=True, help="sentencepiece model of the new SP model")
     p.add_argument("--counts-file", type=Path, required=True, help="text whose piece frequencies set the weights")
     p.add_argument("--distill-sentences", type=Path, help="sentences to compute teacher targets for (--distill)")
-    p.add_argument("--output-dir", type=Path, required=True, help="init.pt, targets.npy and teacher caches")
+    p.add_argument("--output-dir", type=Path, required=True, help="init.pt and targets.npy")
+    p.add_argument("--cache-dir", type=Path, help="teacher vectors by content (default: $PARAPHRASTIC_CACHE/teacher)")
     p.add_argument(
         "--teacher", default=DEFAULT_TEACHER, help=f"sentence-transformers model (default {DEFAULT_TEACHER})"
     )
@@ -184,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = Tokenizer(args.sp_model.read_bytes(), args.lowercase)
     teacher = load_teacher(args.teacher, args.device)
     tqdm.write(f"embedding {len(tokenizer)} pieces with {args.teacher}", file=sys.stderr)
-    pieces = cached(args.output_dir / "teacher-pieces.npy", lambda: teacher_vectors(teacher, piece_texts(tokenizer)))
+    pieces = encode_cached(teacher, args.teacher, piece_texts(tokenizer), args.cache_dir).astype(np.float32)
     pca = fit_pca(pieces, args.dim)
     table = initial_table(pieces, piece_probabilities(tokenizer, args.counts_file), pca, args.sif_a)
     config = {"source": "teacher.py", "teacher": args.teacher, "sif_a": args.sif_a}
@@ -192,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.distill_sentences is not None:
         sentences = read_lines(args.distill_sentences)
         tqdm.write(f"embedding {len(sentences)} distillation sentences with {args.teacher}", file=sys.stderr)
-        raw = cached(args.output_dir / "teacher-sentences.npy", lambda: teacher_vectors(teacher, sentences))
-        if len(raw) != len(sentences):
-            raise InputError(f"{args.output_dir / 'teacher-sentences.npy'}: cached for other sentences; delete it")
+        raw = encode_cached(teacher, args.teacher, sentences, args.cache_dir).astype(np.float32)
         save_npy(args.output_dir / "targets.npy", ((raw - pca[0]) @ pca[1]).astype(np.float16))
     print(f"wrote {args.output_dir / 'init.pt'} ({len(tokenizer)} x {args.dim})", file=sys.stderr)
     return 0

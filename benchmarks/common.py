@@ -50,14 +50,7 @@ def machine_header() -> str:
     import sentencepiece
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = models.cpu_name()
     return (
         f"machine: {cpu}, {os.cpu_count()} cores; python {platform.python_version()}, torch {torch.__version__}, "
         f"sentencepiece {sentencepiece.__version__}, numpy {numpy.__version__}"

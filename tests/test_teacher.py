@@ -36,7 +36,14 @@ def test_teacher_command_writes_an_init_model_and_targets(sp_bytes, tmp_path):
     sentences = generated_sentences(40, seed=21)
     (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n")
     args = ["--sp-model", tmp_path / "sp.model", "--counts-file", tmp_path / "sentences.txt", "--dim", "16"]
-    args += ["--distill-sentences", tmp_path / "sentences.txt", "--output-dir", tmp_path / "out"]
+    args += [
+        "--distill-sentences",
+        tmp_path / "sentences.txt",
+        "--output-dir",
+        tmp_path / "out",
+        "--cache-dir",
+        tmp_path / "c",
+    ]
     assert teacher.main([str(a) for a in args]) == 0
     model = models.load_model(tmp_path / "out" / "init.pt")
     assert model.dim == 16 and model.config["teacher"] == teacher.DEFAULT_TEACHER
