@@ -29,21 +29,20 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import dataclasses
 import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from paraphrastic.fileio import InputError, atomic_output
+from paraphrastic.fileio import InputError
 from paraphrastic.models import resolve_device
 
 RANK, WORLD = 0, 1  # this process's rank and the number of ranks; setup() sets them under torchrun
 COMM_DEVICE = torch.device("cpu")  # where collectives' tensors live: this rank's GPU with NCCL
-DUMP_ENV = "PARAPHRASTIC_DDP_DUMP"  # test hook: a folder where every rank saves its final table as rank<R>.pt
 
 HELP = (
     "Launched by torchrun (e.g. torchrun --standalone --nproc_per_node W train.py ...), training runs on W ranks: "
@@ -76,33 +75,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def setup(args: argparse.Namespace) -> None:
+def setup(device: str, backend: str) -> str:
     """Join the process group described by torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-    MASTER_PORT): one GPU per local rank with NCCL, gloo on CPU; turn the per-rank batch into the run's batch.
+    MASTER_PORT): one GPU per local rank with NCCL, gloo on CPU. Returns the device this rank trains on.
     Without torchrun nothing changes."""
     global RANK, WORLD, COMM_DEVICE
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return
-    device = resolve_device(args.device)
-    if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(device)
-        args.device = str(device)
-    backend = args.dist_backend if args.dist_backend != "auto" else "nccl" if device.type == "cuda" else "gloo"
-    if backend == "nccl" and device.type != "cuda":
+        return device
+    resolved = resolve_device(device)
+    if resolved.type == "cuda":
+        resolved = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(resolved)
+        device = str(resolved)
+    backend = backend if backend != "auto" else "nccl" if resolved.type == "cuda" else "gloo"
+    if backend == "nccl" and resolved.type != "cuda":
         raise InputError("--dist-backend nccl needs --device cuda (NCCL moves GPU tensors); use gloo on CPU")
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    dist.init_process_group(backend, device_id=resolved if backend == "nccl" else None)
     atexit.register(dist.destroy_process_group)
     RANK, WORLD = dist.get_rank(), dist.get_world_size()
-    COMM_DEVICE = device if backend == "nccl" else torch.device("cpu")
-    args.batch_size *= WORLD
-    if args.distill_batch_size:
-        args.distill_batch_size *= WORLD
-    args.world_size = WORLD
-    if args.threads is None:  # share the node's cores between its ranks
-        args.threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    COMM_DEVICE = resolved if backend == "nccl" else torch.device("cpu")
     if RANK == 0:
-        print(f"distributed: {WORLD} ranks, {backend}, {args.batch_size} pairs per update", flush=True)
+        print(f"distributed: {WORLD} ranks, {backend}", flush=True)
+    return device
+
+
+def run_settings(settings: dict) -> dict:
+    """The settings of the whole run from one rank's: the per-rank batch sizes times W, the node's cores shared
+    between its ranks. Alone: unchanged."""
+    if WORLD == 1:
+        return settings
+    settings = settings | {"world_size": WORLD, "batch_size": settings["batch_size"] * WORLD}
+    if settings["distill_batch_size"]:
+        settings["distill_batch_size"] *= WORLD
+    if settings["threads"] is None:
+        settings["threads"] = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return settings
 
 
 def is_main() -> bool:
@@ -129,19 +136,20 @@ def main_writes(save: Callable[[], None]) -> None:
 
 
 @contextlib.contextmanager
-def rank_zero_first(args: argparse.Namespace) -> Iterator[None]:
-    """Run the block on rank 0 first, then on the others; they then read the sentencepiece model rank 0 trained
-    and wrote to --output-dir instead of training their own. Alone: just the block."""
+def rank_zero_first(config):
+    """Run the block on rank 0 first, then on the others, with the config to use: the other ranks read the
+    sentencepiece model rank 0 trained and wrote to --output-dir instead of training their own. Alone: the
+    block, with the config."""
     if WORLD == 1:
-        yield
+        yield config
         return
     dist.barrier()  # every rank has removed stale temporaries before rank 0 writes any
     if RANK > 0:
         dist.barrier()
-        trained = args.output_dir / "sp.model"
-        if args.train_file and args.sp_model is None and trained.exists():
-            args.sp_model = trained  # a resumed or --init-from run takes its own tokenizer first, as on rank 0
-    yield
+        trained = config.output_dir / "sp.model"
+        if config.train_file and config.sp_model is None and trained.exists():
+            config = dataclasses.replace(config, sp_model=trained)  # as rank 0 has it, resumed or not
+    yield config
     if RANK == 0:
         dist.barrier()
 
@@ -358,19 +366,10 @@ def attach(trainer, pair_data: type) -> None:
     the resumed mega-batch (read whole, with its saved global negatives) and of the distillation batches."""
     if WORLD == 1:
         return
-    args = trainer.args
-    trainer.sampler = RankSampler(trainer.sampler, args.batch_size, args.global_megabatch, pair_data)
+    config = trainer.config
+    trainer.sampler = RankSampler(trainer.sampler, config.batch_size, config.global_megabatch, pair_data)
     if trainer.megabatch is not None:
-        layout = Layout(args.seed, trainer.epoch, trainer.offset, trainer.megabatch.n, args.batch_size, True)
+        layout = Layout(config.seed, trainer.epoch, trainer.offset, trainer.megabatch.n, config.batch_size, True)
         trainer.megabatch = RankMegaBatch(trainer.megabatch, layout)
     if trainer.distill is not None:
         trainer.distill = RankDistill(trainer.distill)
-    if os.environ.get(DUMP_ENV):
-        atexit.register(dump_weights, trainer.model, Path(os.environ[DUMP_ENV]) / f"rank{RANK}.pt")
-
-
-def dump_weights(model: torch.nn.Module, path: Path) -> None:
-    """Test hook (DUMP_ENV): save this rank's weights (table and LSTMs) at exit, to check that all ranks agree."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(path) as f:
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, f)

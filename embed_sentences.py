@@ -38,7 +38,7 @@ from paraphrastic.fileio import (
 )
 from paraphrastic.models import DEFAULT_MODEL, load_model, use_threads
 
-SHARD_FORMAT = "paraphrastic-shard"
+PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
 
 
@@ -142,7 +142,7 @@ def embed_shard(model, args: argparse.Namespace) -> dict:
         args.strict, args.quiet,
     )  # fmt: skip
     record = {
-        "format": SHARD_FORMAT,
+        "format": PART_FORMAT,
         "shard": args.shard,
         "num_shards": args.num_shards,
         "start": start,
@@ -172,9 +172,9 @@ def read_shard(path: Path) -> tuple[dict, np.ndarray]:
         rows = np.load(path, mmap_mode="r")
     except (ValueError, OSError) as e:
         raise InputError(f"{path}: unreadable shard or shard record ({e})") from None
-    if not isinstance(rec, dict) or rec.get("format") != SHARD_FORMAT or not RECORD_KEYS <= rec.keys():
+    if not isinstance(rec, dict) or rec.get("format") != PART_FORMAT or not RECORD_KEYS <= rec.keys():
         raise InputError(
-            f"{rec_file}: not a complete shard record (format {SHARD_FORMAT!r}, keys {sorted(RECORD_KEYS)})"
+            f"{rec_file}: not a complete shard record (format {PART_FORMAT!r}, keys {sorted(RECORD_KEYS)})"
         )
     if rows.shape != (rec["stop"] - rec["start"], rec["dim"]) or rows.dtype != np.dtype(rec["dtype"]):
         raise InputError(

@@ -170,7 +170,7 @@ def read_sick(path: Path) -> Pairs:
     return make_pairs(rows)
 
 
-def read_pairs(path: str | os.PathLike) -> Pairs:
+def read_sts_pairs(path: str | os.PathLike) -> Pairs:
     """Read an STS-style set in any supported layout, chosen by the file name."""
     path = Path(path)
     if ".input." in path.name:
@@ -294,13 +294,13 @@ def correlations(pred: np.ndarray, gold: np.ndarray) -> dict:
 
 def score_sts_file(model, path: str | os.PathLike, batch_size: int | None = None) -> dict:
     """Pearson/Spearman x 100 and pair count `n` of a model on one STS file (any supported layout)."""
-    pairs = read_pairs(path)
+    pairs = read_sts_pairs(path)
     return correlations(pair_cosines(model, {"set": pairs}, batch_size)["set"], pairs.gold)
 
 
 def score_sets(model, found: dict[str, Path], batch_size: int | None) -> tuple[dict[str, dict], dict[str, tuple]]:
     """Per-set correlations of one task, plus each set's (cosines, gold) for pooled statistics."""
-    pairs = {key: read_pairs(path) for key, path in found.items()}
+    pairs = {key: read_sts_pairs(path) for key, path in found.items()}
     cos = pair_cosines(model, pairs, batch_size)
     return {k: correlations(cos[k], pairs[k].gold) for k in pairs}, {k: (cos[k], pairs[k].gold) for k in pairs}
 
@@ -348,7 +348,7 @@ def evaluate_pair_task(model, root: Path, task: str, batch_size: int | None = No
 # ----------------------------------------------------------------------------- tatoeba
 
 
-def normalise(x: np.ndarray) -> torch.Tensor:
+def unit_rows(x: np.ndarray) -> torch.Tensor:
     """Rows scaled to unit length (zero rows stay zero), as float32 torch."""
     t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     return torch.nn.functional.normalize(t, dim=1)
@@ -368,7 +368,7 @@ def nearest_both_ways(a: np.ndarray, b: np.ndarray, chunk: int = 4096) -> tuple[
 
     Exact search: one chunked pass of a @ b.T serves both directions; faiss, when installed, for large sets.
     """
-    a, b = normalise(a), normalise(b)
+    a, b = unit_rows(a), unit_rows(b)
     if max(len(a), len(b)) >= FAISS_MIN_KEYS and importlib.util.find_spec("faiss") is not None:
         return faiss_nearest(a, b), faiss_nearest(b, a)
     a_to_b = torch.empty(len(a), dtype=torch.long)

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import errno
 import glob
+import gzip
 import itertools
 import os
 import sys
@@ -22,12 +23,28 @@ from typing import BinaryIO
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # full disk, quota, file size limit (ulimit -f)
 
 
-class InputError(Exception):
-    """Bad user input: the message names the file (and line) and says what to do."""
+class Error(Exception):
+    """An error the user can act on: its message names the file (and line) and says what to do, and
+    run_cli prints it as one line and exits with `exit_code`, never a traceback."""
+
+    exit_code = 2
 
 
-class OutputError(Exception):
-    """An output that could not be written (full disk, file size limit); the message names the file."""
+class InputError(Error):
+    """Bad user input: a missing, unreadable or malformed file or an argument that cannot work."""
+
+
+class OutputError(Error):
+    """An output that could not be written (full disk, file size limit)."""
+
+
+class ModelError(Error):
+    """A model file that cannot be used: missing, corrupt, foreign or unsafe."""
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """Binary reader for a plain or gzip-compressed (.gz) file."""
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
 def open_input(path: str | os.PathLike) -> int:
@@ -240,16 +257,15 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-def run_cli(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
-    """Wrap a script's main so that user errors print one `error:` line and exit 2, not a traceback."""
-    from paraphrastic.models import ModelError  # local: models imports this module
+def run_cli(main: Callable[..., int | None]) -> Callable[..., int]:
+    """Wrap a script's main so that user errors print one `error:` line and exit with their code."""
 
-    def wrapped(argv: list[str] | None = None) -> int:
+    def wrapped(argv: list[str] | None = None, **kwargs) -> int:
         try:
-            return main(argv) or 0
-        except (InputError, OutputError, ModelError) as e:
+            return main(argv, **kwargs) or 0
+        except Error as e:
             print(f"error: {e}", file=sys.stderr)
-            return 2
+            return e.exit_code
         except OSError as e:
             where = f"{e.filename}: " if e.filename else ""
             print(f"error: {where}{e.strerror or e}", file=sys.stderr)

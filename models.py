@@ -25,16 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paraphrastic.fileio import atomic_output
+from paraphrastic.fileio import ModelError, atomic_output
 
 FORMAT = "paraphrastic-sp"
 FORMAT_VERSION = 1
 LEGACY_UNK = "UUUNKKK"  # the unknown-token row of the original toolkit's released models
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
-
-
-class ModelError(Exception):
-    """A model file that cannot be used: missing, corrupt, foreign or unsafe."""
 
 
 def cased(texts: Sequence[str], lowercase: bool) -> list[str]:
@@ -488,13 +484,29 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 def use_threads(threads: int | None = None) -> int:
-    """Set torch's CPU threads: `threads`, else the cores that other processes leave idle (cores minus the
-    1-minute load average, at least 1). Spinning threads on busy cores are many times slower than one thread."""
+    """Set torch's CPU threads: `threads`, else the cores that other processes leave idle (at least 1).
+    Spinning threads on busy cores are many times slower than one thread."""
     if not threads:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        threads = max(1, min(cores, round(cores - os.getloadavg()[0])))
+        threads = max(1, min(cores, round(cores - busy_cores())))
     torch.set_num_threads(threads)
     return threads
+
+
+def busy_cores() -> float:
+    """Cores other processes keep busy: the 1-minute load average, but no more than the other tasks running
+    now, since the average lags (a job that ended a minute ago still counts in it)."""
+    load = os.getloadavg()[0]
+    running = running_tasks()
+    return load if running is None else min(load, running)
+
+
+def running_tasks() -> int | None:
+    """Runnable tasks other than this one, from /proc/loadavg (None where there is no such file)."""
+    try:
+        return max(0, int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]) - 1)
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def native_bf16(device: torch.device | str = "cpu") -> bool:

@@ -50,7 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def read_pairs(lines: list[str], path: str, first_line: int, skip_bad: bool) -> tuple[list[tuple[str, str]], list[int]]:
+def parse_pair_lines(
+    lines: list[str], path: str, first_line: int, skip_bad: bool
+) -> tuple[list[tuple[str, str]], list[int]]:
     """Split a chunk of lines into pairs, one per line; under `skip_bad` a bad line becomes
     (its text, "") and its line number is returned."""
     pairs, bad = [], []
@@ -74,7 +76,7 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
     stats: dict = {}
     with tqdm(total=total, unit=" pair", disable=args.quiet, file=sys.stderr) as bar:
         for lines in iter_line_chunks(args.sentence_pair_file, args.chunk_lines, args.strict, stats):
-            pairs, chunk_bad = read_pairs(lines, args.sentence_pair_file, written + 1, args.skip_bad_lines)
+            pairs, chunk_bad = parse_pair_lines(lines, args.sentence_pair_file, written + 1, args.skip_bad_lines)
             scores = model.score_raw_text(pairs, args.batch_size)
             out.write("".join(f"{a}\t{b}\t{s:.6f}\n" for (a, b), s in zip(pairs, scores, strict=True)))
             empty += sum(s != s for s in scores) - len(chunk_bad)

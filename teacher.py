@@ -78,6 +78,12 @@ def cache_root() -> Path:
     return Path(os.environ.get("PARAPHRASTIC_CACHE", Path.home() / ".cache" / "paraphrastic"))
 
 
+def embedding_dimension(teacher) -> int:
+    """The teacher's vector size (sentence-transformers renamed the method in 6.x)."""
+    get = getattr(teacher, "get_embedding_dimension", None) or teacher.get_sentence_embedding_dimension
+    return get()
+
+
 def encode_cached(
     teacher, name: str, texts: list[str], cache_dir: Path | None = None, shard: int = 10_000, batch_size: int = 128
 ) -> np.ndarray:
@@ -88,7 +94,7 @@ def encode_cached(
     folder.mkdir(parents=True, exist_ok=True)
     device = teacher.device
     bf16 = native_bf16(device)
-    out = np.empty((len(texts), teacher.get_sentence_embedding_dimension()), dtype=np.float16)
+    out = np.empty((len(texts), embedding_dimension(teacher)), dtype=np.float16)
     with tqdm(total=len(texts), unit="sent", desc=f"teacher {name}", file=sys.stderr) as bar:
         for start in range(0, len(texts), shard):
             part = texts[start : start + shard]

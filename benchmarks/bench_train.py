@@ -2,11 +2,14 @@
 
     python benchmarks/bench_train.py [--steps 300] [--big-pairs 10000000] [--threads N]
 
-Prints (1) pairs/s of train.py on synthetic HDF5 shards, paraphrase and bitext pools, with the split
-of the time between reading, mining and updates; (2) the mining matrix product in bf16 and fp32;
-(3) one update with row-sparse (lazy) Adam and with dense Adam; (4) peak RSS of train.py on a
-100k-pair and a 10M-pair shard. Synthetic ids (log-uniform over the vocabulary, 5-40 pieces per
-sentence) stand in for text; a 50k-piece sentencepiece word model gives the shards their checksum.
+Prints (1) the machine's fp32 matrix-product rate, measured on the mining's own block shape, and the
+exact-mining bound it implies: the pairs/s of a run that did nothing but the mining products;
+(2) pairs/s of train.py with its default flags on synthetic HDF5 shards at M = 100 and M = 10,
+paraphrase and bitext pools, as a fraction of that bound, with the split of the time between
+reading, mining and updates; (3) the mining in bf16 and fp32; (4) one update with row-sparse (lazy)
+Adam and with dense Adam; (5) peak RSS of train.py on a 100k-pair and a 10M-pair shard. Synthetic
+ids (log-uniform over the vocabulary, 5-40 pieces per sentence) stand in for text; a 50k-piece
+sentencepiece word model gives the shards their checksum.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 import torch
+from common import machine_header
 
 from paraphrastic import shards, train
 
@@ -58,19 +62,19 @@ def write_synthetic_shard(path: Path, n: int, sp: bytes) -> None:
     shards.write_shard(path, synthetic_side(rng, n), synthetic_side(rng, n), sp, lowercase=True)
 
 
-def run_train(shard: Path, sp_file: Path, out: Path, steps: int, threads: int | None, *extra: str) -> dict:
+def run_train(shard: Path, sp_file: Path, out: Path, steps: int, threads: int | None, m: int, *extra: str) -> dict:
     """Run train.py as a user would; returns its last metrics line and its peak RSS in MiB."""
     cmd = [sys.executable, "-c", RSS_WRAPPER, str(ROOT / "train.py")]
     cmd += ["--train-shards", str(shard), "--sp-model", str(sp_file), "--output-dir", str(out)]
-    cmd += ["--dim", str(DIM), "--batch-size", str(BATCH), "--megabatch-size", str(M), "--megabatch-anneal", "0"]
-    cmd += ["--max-steps", str(steps), "--log-every", str(M), *extra]
+    cmd += ["--dim", str(DIM), "--batch-size", str(BATCH), "--megabatch-size", str(m), "--megabatch-anneal", "0"]
+    cmd += ["--max-steps", str(steps), "--log-every", str(m), *extra]
     cmd += ["--threads", str(threads)] if threads else []
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"train.py failed:\n{done.stderr[-2000:]}")
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     trains = [r for r in records if r["event"] == "train"]
-    return {"records": trains, "rss_mib": int(done.stdout.split()[-1]) / 1024}
+    return {"records": trains, "rss_mib": int(done.stdout.split()[-1]) / 1024, "log": done.stderr}
 
 
 # Runs train.py in a child process and prints that child's peak RSS (KiB) alone.
@@ -81,16 +85,44 @@ RSS_WRAPPER = (
 )
 
 
-def throughput(folder: Path, shard: Path, sp_file: Path, steps: int, threads: int | None) -> None:
-    for mode in ("paraphrase", "bitext"):
-        res = run_train(shard, sp_file, folder / f"run-{mode}", steps, threads, "--mode", mode)
-        recs = res["records"]
-        later = recs[1:] or recs  # the first window includes warm-up
-        rate = sum(r["pairs_per_s"] for r in later) / len(later)
-        last = recs[-1]
-        total = sum(last[f"seconds_{k}"] for k in ("read", "mine", "update"))
-        split = ", ".join(f"{k} {100 * last[f'seconds_{k}'] / total:.0f}%" for k in ("read", "mine", "update"))
-        print(f"  {mode:10s}: {rate:8.0f} pairs/s   (time: {split}; {steps} updates, M = {M})")
+def matmul_rate(threads: int) -> float:
+    """FLOP/s of an fp32 matrix product of the mining's block shape (MINE_CHUNK rows of both sides)."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(train.MINE_CHUNK, DIM), torch.randn(train.MINE_CHUNK, DIM)
+    out = torch.empty(train.MINE_CHUNK, train.MINE_CHUNK)
+    for _ in range(3):
+        torch.mm(a, b.T, out=out)
+    runs, start = 10, time.perf_counter()
+    for _ in range(runs):
+        torch.mm(a, b.T, out=out)
+    return 2 * train.MINE_CHUNK**2 * DIM * runs / (time.perf_counter() - start)
+
+
+def mining_bound(rate: float, m: int, bitext: bool) -> float:
+    """Pairs/s if training did nothing but exact mining's products at `rate` FLOP/s: n pairs cost the
+    n x n cross product with bitext, the upper triangle of the 2n x 2n product otherwise."""
+    n = m * BATCH
+    flops = 2 * DIM * (n * n if bitext else 2 * n * n)
+    return n / (flops / rate)
+
+
+def throughput(folder: Path, shard: Path, sp_file: Path, steps: int, threads: int | None, rate: float) -> None:
+    for m in (M, 10):
+        for mode in ("paraphrase", "bitext"):
+            res = run_train(shard, sp_file, folder / f"run-{mode}-{m}", steps, threads, m, "--mode", mode)
+            recs = res["records"]
+            later = recs[1:] or recs  # the first window includes warm-up
+            pairs_s = sum(r["pairs_per_s"] for r in later) / len(later)
+            bound = mining_bound(rate, m, mode == "bitext")
+            last = recs[-1]
+            total = sum(last[f"seconds_{k}"] for k in ("read", "mine", "update"))
+            split = ", ".join(f"{k} {100 * last[f'seconds_{k}'] / total:.0f}%" for k in ("read", "mine", "update"))
+            print(
+                f"  M = {m:3d} {mode:10s}: {pairs_s:7.0f} pairs/s = {100 * pairs_s / bound:3.0f}% of the exact-mining "
+                f"bound {bound:7.0f} pairs/s (time: {split}; {steps} updates)"
+            )
+    precision = [line for line in res["log"].splitlines() if "mining in" in line]
+    print(f"  (train.py's defaults: {precision[-1].split(', ')[-1] if precision else 'mining precision not logged'})")
 
 
 def mining(threads: int) -> None:
@@ -112,23 +144,30 @@ def mining(threads: int) -> None:
 
 
 def optimizer_steps(threads: int) -> None:
+    """One update of train.LazyAdam (the rows in the batch) beside torch.optim.Adam over the whole table."""
     torch.set_num_threads(threads)
     rng = np.random.default_rng(0)
     rows = torch.from_numpy(np.unique(np.exp(rng.random(7000) * np.log(VOCAB - 3)).astype(np.int64) + 2))
     grad = torch.randn(len(rows), DIM)
-    for name in ("sparse-adam", "adam"):
-        table = torch.randn(VOCAB, DIM)
-        opt = train.LazyAdam(table, 1e-3) if name == "sparse-adam" else train.DenseAdam(table, 1e-3)
-        opt.step(rows, grad)
+    lazy = train.LazyAdam(torch.randn(VOCAB, DIM), 1e-3)
+    dense = torch.nn.Parameter(torch.randn(VOCAB, DIM))
+    adam = torch.optim.Adam([dense], 1e-3)
+
+    def dense_step() -> None:
+        dense.grad = torch.zeros_like(dense).index_add_(0, rows, grad)
+        adam.step()
+
+    for name, step in (("lazy Adam", lambda: lazy.step(rows, grad)), ("dense Adam", dense_step)):
+        step()
         start = time.perf_counter()
         for _ in range(5):
-            opt.step(rows, grad)
+            step()
         print(f"  {name:11s}: {(time.perf_counter() - start) / 5 * 1000:7.1f} ms per step ({len(rows)} rows touched)")
 
 
 def peak_rss(folder: Path, small: Path, big: Path, sp_file: Path, threads: int | None) -> None:
     for label, shard in (("100k pairs", small), (f"{big.stem} pairs", big)):
-        res = run_train(shard, sp_file, folder / f"rss-{shard.stem}", 2 * M, threads)
+        res = run_train(shard, sp_file, folder / f"rss-{shard.stem}", 2 * M, threads, M)
         print(f"  {label:12s}: peak RSS {res['rss_mib']:6.0f} MiB ({2 * M} updates and the final save)")
 
 
@@ -136,10 +175,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=300, help="updates per throughput run (multiple of 100)")
     p.add_argument("--big-pairs", type=int, default=10_000_000, help="pairs in the large shard (RSS run)")
-    p.add_argument("--threads", type=int, default=None, help="threads for train.py (default: all)")
+    p.add_argument("--threads", type=int, default=None, help="threads for train.py (default: all cores)")
     args = p.parse_args()
     threads = args.threads or torch.get_num_threads()
+    print(machine_header())
     print(f"torch {torch.__version__}, {threads} threads; dim {DIM}, {VOCAB} pieces, batch {BATCH}, M = {M}")
+    rate = matmul_rate(threads)
+    print(f"fp32 matrix products ({train.MINE_CHUNK} x {DIM} by {DIM} x {train.MINE_CHUNK}): {rate / 1e9:.0f} GFLOP/s")
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         folder = Path(tmp)
         sp = word_sentencepiece(folder)
@@ -147,8 +189,8 @@ def main() -> None:
         sp_file.write_bytes(sp)
         small, big = folder / "100k.h5", folder / f"{args.big_pairs // 1_000_000}M.h5"
         write_synthetic_shard(small, 100_000, sp)
-        print("train.py throughput (HDF5 shard, sparse Adam, bf16 mining):")
-        throughput(folder, small, sp_file, args.steps, args.threads)
+        print("train.py throughput (HDF5 shard, default flags):")
+        throughput(folder, small, sp_file, args.steps, threads, rate)
         print("mining one mega-batch (normalise, blocked matrix product, mask, argmax):")
         mining(threads)
         print(f"one optimizer step on the {VOCAB} x {DIM} table:")
@@ -157,7 +199,7 @@ def main() -> None:
         start = time.perf_counter()
         write_synthetic_shard(big, args.big_pairs, sp)
         print(f"  (wrote the {args.big_pairs}-pair shard in {time.perf_counter() - start:.0f} s)")
-        peak_rss(folder, small, big, sp_file, args.threads)
+        peak_rss(folder, small, big, sp_file, threads)
     print(f"peak RSS of this script: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 

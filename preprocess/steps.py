@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from paraphrastic.fileio import InputError, atomic_output, count_lines, iter_line_chunks, run_cli
+from paraphrastic.fileio import InputError, atomic_output, count_lines, iter_line_chunks, open_binary, run_cli
 from paraphrastic.models import Tokenizer, flatten, train_sentencepiece
 from paraphrastic.shards import write_shard
 
@@ -211,11 +211,6 @@ def _collect(job: tuple, bar: tqdm):
 # readers
 
 
-def open_text(path: Path):
-    """Binary reader for a plain or gzip-compressed file."""
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
 def _maybe_gzip(raw, path: Path):
     return gzip.open(raw) if path.suffix == ".gz" else raw
 
@@ -238,7 +233,7 @@ def read_bitext_chunks(source: tuple[Path, ...], chunk_lines: int = CHUNK_LINES)
             yield [(p[0], p[1]) if len(p) == 2 else ("", "") for p in text], nbytes
         return
     en_path, xx_path = source
-    with open(en_path, "rb") as raw, _maybe_gzip(raw, en_path) as fe, open_text(xx_path) as fx:
+    with open(en_path, "rb") as raw, _maybe_gzip(raw, en_path) as fe, open_binary(xx_path) as fx:
         done = 0
         for en, xx in _zip_chunks(fe, fx, chunk_lines):
             yield list(zip(_decode(en), _decode(xx), strict=True)), raw.tell() - done

@@ -9,7 +9,6 @@ do not hinge on bf16 rounding of vectors that differ in the last bits.
 """
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -43,21 +42,29 @@ def run_args(data, pairs: int, out, batch: int, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+# train.main that saves this rank's weights (table and LSTMs) after every update into the folder argv[1]
+DUMPER = """
+import sys, torch, torch.distributed as dist
+from pathlib import Path
+from paraphrastic import train
+folder = Path(sys.argv[1])
+folder.mkdir(parents=True, exist_ok=True)
+def dump(trainer):
+    weights = {k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}
+    torch.save(weights, folder / f"rank{dist.get_rank()}.pt")
+sys.exit(train.main(sys.argv[2:], on_step=dump))
+"""
+
+
 def torchrun(args: list[str], dump=None) -> None:
-    """train.py on 2 CPU ranks (gloo); `dump`: the folder where each rank saves its final table."""
-    env = {k: v for k, v in os.environ.items() if k not in (train.KILL_ENV, distributed.DUMP_ENV)}
+    """train.py on 2 CPU ranks (gloo); `dump`: the folder where each rank saves its final weights."""
+    script = [str(ROOT / "train.py")]
     if dump is not None:
-        env[distributed.DUMP_ENV] = str(dump)
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(ROOT / "train.py"),
-    ]
-    done = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120, env=env)
+        dump.mkdir(parents=True, exist_ok=True)
+        (dump / "dumper.py").write_text(DUMPER)
+        script = [str(dump / "dumper.py"), str(dump)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *script]
+    done = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
 
 

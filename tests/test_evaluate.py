@@ -143,7 +143,7 @@ def test_tatoeba_rotated_assignment_gives_the_expected_error():
 def test_nearest_both_ways_is_exact_in_any_chunking():
     rng = np.random.default_rng(2)
     a, b = rng.normal(size=(257, 16)), rng.normal(size=(300, 16))
-    sim = evaluate.normalise(a).numpy() @ evaluate.normalise(b).numpy().T
+    sim = evaluate.unit_rows(a).numpy() @ evaluate.unit_rows(b).numpy().T
     for chunk in (1, 64, 4096):
         a_to_b, b_to_a = evaluate.nearest_both_ways(a, b, chunk=chunk)
         np.testing.assert_array_equal(a_to_b, sim.argmax(axis=1))
@@ -184,10 +184,10 @@ def test_raw_sts_and_tsv_give_the_same_pairs(tmp_path):
     write(tmp_path / "sts16/STS2016.gs.headlines.txt", gold)
     kept = [(g, x, y) for g, (_, x, y) in zip(gold, rows, strict=True) if g]
     write(tmp_path / "set.tsv", [f"{g}\t{x}\t{y}" for g, x, y in kept])
-    want = as_tuples(evaluate.read_pairs(tmp_path / "set.tsv"))
+    want = as_tuples(evaluate.read_sts_pairs(tmp_path / "set.tsv"))
     assert len(want) == 9
-    assert as_tuples(evaluate.read_pairs(tmp_path / "raw/STS.input.MSRpar.txt")) == want
-    assert as_tuples(evaluate.read_pairs(tmp_path / "sts16/STS2016.input.headlines.txt")) == want
+    assert as_tuples(evaluate.read_sts_pairs(tmp_path / "raw/STS.input.MSRpar.txt")) == want
+    assert as_tuples(evaluate.read_sts_pairs(tmp_path / "sts16/STS2016.input.headlines.txt")) == want
 
 
 def test_sts17_raw_gold_in_a_sibling_folder_and_shorter_than_the_input(tmp_path):
@@ -197,9 +197,9 @@ def test_sts17_raw_gold_in_a_sibling_folder_and_shorter_than_the_input(tmp_path)
     write(tmp_path / "STS2017.gs/STS.gs.track6.tr-en.txt", [str(s) for s, _, _ in rows])
     write(tmp_path / "merged/STS.input.track6.tr-en.txt", [f"{x}\t{y}\t{s}" for s, x, y in rows])  # toolkit layout
     write(tmp_path / "tr-en.tsv", tsv_lines(rows))
-    want = as_tuples(evaluate.read_pairs(tmp_path / "tr-en.tsv"))
-    assert as_tuples(evaluate.read_pairs(tmp_path / "STS2017.eval.v1.1/STS.input.track6.tr-en.txt")) == want
-    assert as_tuples(evaluate.read_pairs(tmp_path / "merged/STS.input.track6.tr-en.txt")) == want
+    want = as_tuples(evaluate.read_sts_pairs(tmp_path / "tr-en.tsv"))
+    assert as_tuples(evaluate.read_sts_pairs(tmp_path / "STS2017.eval.v1.1/STS.input.track6.tr-en.txt")) == want
+    assert as_tuples(evaluate.read_sts_pairs(tmp_path / "merged/STS.input.track6.tr-en.txt")) == want
     found, _ = evaluate.find_sets(tmp_path, "sts17")
     assert found["tr-en"].name == "STS.input.track6.tr-en.txt"
 
@@ -216,9 +216,9 @@ def test_stsb_csv_and_sick_txt_give_the_same_pairs_as_tsv(tmp_path):
         [header] + [f"{i}\t{x}\t{y}\t{s}\tNEUTRAL" for i, (s, x, y) in enumerate(rows)],
     )
     write(tmp_path / "set.tsv", tsv_lines(rows))
-    want = as_tuples(evaluate.read_pairs(tmp_path / "set.tsv"))
-    assert as_tuples(evaluate.read_pairs(tmp_path / "STSBenchmark/sts-dev.csv")) == want
-    assert as_tuples(evaluate.read_pairs(tmp_path / "sick2014/SICK_trial.txt")) == want
+    want = as_tuples(evaluate.read_sts_pairs(tmp_path / "set.tsv"))
+    assert as_tuples(evaluate.read_sts_pairs(tmp_path / "STSBenchmark/sts-dev.csv")) == want
+    assert as_tuples(evaluate.read_sts_pairs(tmp_path / "sick2014/SICK_trial.txt")) == want
     assert evaluate.find_sets(tmp_path, "stsb")[0] == {"dev": tmp_path / "STSBenchmark/sts-dev.csv"}
     assert evaluate.find_sets(tmp_path, "sick")[0] == {"trial": tmp_path / "sick2014/SICK_trial.txt"}
 
@@ -246,9 +246,9 @@ def test_tatoeba_laser_names_are_found(tmp_path):
 
 def test_bad_lines_name_the_file_and_line(tmp_path):
     with pytest.raises(InputError, match=r"set.tsv:2: expected score"):
-        evaluate.read_pairs(write(tmp_path / "set.tsv", ["1.0\ta\tb", "1.0\tonly two"]))
+        evaluate.read_sts_pairs(write(tmp_path / "set.tsv", ["1.0\ta\tb", "1.0\tonly two"]))
     with pytest.raises(InputError, match=r"bad.tsv:1: gold score 'high'"):
-        evaluate.read_pairs(write(tmp_path / "bad.tsv", ["high\ta\tb"]))
+        evaluate.read_sts_pairs(write(tmp_path / "bad.tsv", ["high\ta\tb"]))
     write(tmp_path / "t.deu", ["a", "b"])
     with pytest.raises(InputError, match="line i must translate line i"):
         evaluate.tatoeba_pairs(tmp_path / "t.deu", write(tmp_path / "t.eng", ["a"]))
@@ -298,7 +298,7 @@ def test_shared_sts_pair_counts(shared_data):
     assert set(missing) == {"2013/SMT"}
     counts = {y: 0 for y in evaluate.STS_YEARS}
     for key, path in found.items():
-        counts[key.split("/")[0]] += len(evaluate.read_pairs(path).gold)
+        counts[key.split("/")[0]] += len(evaluate.read_sts_pairs(path).gold)
     assert counts == {"2012": 3108, "2013": 1500, "2014": 3750, "2015": 3000, "2016": 1186}
 
 

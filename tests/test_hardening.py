@@ -4,6 +4,7 @@ checkpoints, shards and sentencepiece models, messy text, and property-based inv
 Every failure must be one `error: FILE[:LINE]: what is wrong (what to do)` line with exit status 2 (3 for
 a NaN stop), no traceback, and no output that looks complete but is not."""
 
+import math
 import os
 import random
 import re
@@ -41,7 +42,7 @@ def run_script(
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
 
-    environ = {k: v for k, v in os.environ.items() if k not in (train.KILL_ENV, train.NAN_ENV)} | (env or {})
+    environ = os.environ | (env or {})
     cmd = [sys.executable, str(ROOT / script), *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=environ, preexec_fn=preexec)
 
@@ -288,10 +289,26 @@ def test_full_disk_during_training_keeps_the_last_checkpoint(small_disk, sp_file
 # ----------------------------------------------------------------------------- NaN / inf
 
 
+def nan_losses_at(monkeypatch, updates: set[int]) -> None:
+    """Make the loss of these updates (numbered from 1 over the whole run) NaN, and so their gradients."""
+    train_step, margin_loss, current = train.Trainer.train_step, train.margin_loss, {}
+
+    def step(self, *args):
+        current["update"] = self.step + 1
+        return train_step(self, *args)
+
+    def loss(*args, **kwargs):
+        value = margin_loss(*args, **kwargs)
+        return value * math.nan if current["update"] in updates else value
+
+    monkeypatch.setattr(train.Trainer, "train_step", step)
+    monkeypatch.setattr(train, "margin_loss", loss)
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(sp_file, pairs_file, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    monkeypatch.setenv(train.NAN_ENV, "7")
-    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "20", "--save-every", "4")) == train.NAN_EXIT
+    nan_losses_at(monkeypatch, {7})
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "20", "--save-every", "4")) == 3
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith(f"error: {out / 'resume.pt'}: kept as the last good checkpoint") and "update 7" in line
     assert "the loss is nan" in line and "--on-nan skip" in line
@@ -309,7 +326,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(sp_file, pairs_file, 
 
 
 def test_nan_skip_counts_skipped_batches_and_leaves_the_table_alone(sp_file, pairs_file, tmp_path, monkeypatch):
-    monkeypatch.setenv(train.NAN_ENV, "1,2,3")  # every update skipped: the table must not move
+    nan_losses_at(monkeypatch, {1, 2, 3})  # every update skipped: the table must not move
     out = tmp_path / "run"
     assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "3", "--on-nan", "skip")) == 0
     tokenizer = models.Tokenizer(sp_file.read_bytes(), lowercase=True)
@@ -330,16 +347,15 @@ def test_a_non_finite_table_is_never_saved(sp_file, pairs_file, tmp_path, monkey
 
     monkeypatch.setattr(train.LazyAdam, "step", breaking_step)
     out = tmp_path / "run"
-    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "12", "--save-every", "4")) == train.NAN_EXIT
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "12", "--save-every", "4")) == 3
     assert "the model's weights are not finite at update 8" in capsys.readouterr().err
     assert train.load_resume_state(out)["position"]["step"] == 4 and torch.isfinite(weights(out / "model.pt")).all()
 
 
-def test_nan_stop_from_the_command_line_is_one_line_with_status_3(sp_file, pairs_file, tmp_path):
-    done = run_script(
-        "train.py", *train_args(pairs_file, sp_file, tmp_path / "r", "--max-steps", "9"), env={train.NAN_ENV: "2"}
-    )
-    assert_one_line_error(done, "nothing saved yet", "update 2", status=train.NAN_EXIT)
+def test_nan_stop_is_one_line_with_status_3(sp_file, pairs_file, tmp_path, monkeypatch, capsys):
+    nan_losses_at(monkeypatch, {2})
+    done = run_main(train, capsys, *train_args(pairs_file, sp_file, tmp_path / "r", "--max-steps", "9"))
+    assert_one_line_error(done, "nothing saved yet", "update 2", status=3)
     assert not (tmp_path / "r" / "model.pt").exists()
 
 

@@ -140,11 +140,13 @@ def test_encode_and_similarity_are_the_sentence_transformers_names(tiny_model_fi
 def test_idle_cores_set_the_default_thread_count(monkeypatch):
     import torch
 
+    from paraphrastic import models
     from paraphrastic.models import use_threads
 
     before = torch.get_num_threads()
     try:
         monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+        monkeypatch.setattr(models, "running_tasks", lambda: 3)
         monkeypatch.setattr("os.getloadavg", lambda: (2.6, 0.0, 0.0))
         assert use_threads() == 1 and torch.get_num_threads() == 1
         monkeypatch.setattr("os.getloadavg", lambda: (9.0, 0.0, 0.0))
@@ -152,6 +154,11 @@ def test_idle_cores_set_the_default_thread_count(monkeypatch):
         monkeypatch.setattr("os.getloadavg", lambda: (0.2, 0.0, 0.0))
         assert use_threads() == 4
         assert use_threads(3) == 3
+        monkeypatch.setattr("os.getloadavg", lambda: (1.9, 0.0, 0.0))  # a job that has just ended
+        monkeypatch.setattr(models, "running_tasks", lambda: 0)
+        assert use_threads() == 4
+        monkeypatch.setattr(models, "running_tasks", lambda: None)  # no /proc: the average alone
+        assert use_threads() == 2
     finally:
         torch.set_num_threads(before)
 

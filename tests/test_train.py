@@ -4,7 +4,6 @@ learning run on real caption paraphrases."""
 
 import json
 import math
-import os
 import subprocess
 import sys
 
@@ -257,12 +256,20 @@ def test_gzip_training_file_and_outputs(sp_file, pairs_file, tmp_path):
 # ----------------------------------------------------------------------------- resume
 
 
+# train.main in a fresh interpreter that sends itself a signal right after update STEP (through on_step)
+KILLER = (
+    "import os, signal, sys; from paraphrastic import train; step, sig = int(sys.argv[1]), signal.Signals[sys.argv[2]]; "
+    "sys.exit(train.main(sys.argv[3:], on_step=lambda t: t.step == step and os.kill(os.getpid(), sig)))"
+)
+
+
 def run_cli(args, kill: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != train.KILL_ENV}
+    """train.py as a user runs it; `kill` "STEP" or "STEP:INT" sends SIGKILL or SIGINT (Ctrl-C) after that update."""
+    cmd = [sys.executable, str(ROOT / "train.py")]
     if kill:
-        env[train.KILL_ENV] = kill
-    cmd = [sys.executable, str(ROOT / "train.py"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        step, _, sig = kill.partition(":")
+        cmd = [sys.executable, "-c", KILLER, step, "SIGINT" if sig == "INT" else "SIGKILL"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_kill_and_resume_give_the_same_weights(sp_file, pairs_file, tmp_path):
