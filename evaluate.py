@@ -18,7 +18,6 @@ missing sets are reported and skipped unless --require-all (or an explicit --lan
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -29,10 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from scipy.stats import pearsonr, spearmanr
 
-from paraphrastic import models
+from paraphrastic import knn, models
 from paraphrastic.fileio import InputError, at_least, atomic_output, cli_parser, read_lines, run_cli
 
 ROOT = Path(__file__).resolve().parent
@@ -348,46 +346,10 @@ def evaluate_pair_task(model, root: Path, task: str, batch_size: int | None = No
 # ----------------------------------------------------------------------------- tatoeba
 
 
-def unit_rows(x: np.ndarray) -> torch.Tensor:
-    """Rows scaled to unit length (zero rows stay zero), as float32 torch."""
-    t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    return torch.nn.functional.normalize(t, dim=1)
-
-
-def faiss_nearest(queries: torch.Tensor, keys: torch.Tensor) -> np.ndarray:
-    """Row of each query's nearest key by inner product of unit vectors, with an exact faiss index."""
-    import faiss
-
-    index = faiss.IndexFlatIP(keys.shape[1])
-    index.add(keys.numpy())
-    return index.search(queries.numpy(), 1)[1][:, 0].astype(np.int64)
-
-
-def nearest_both_ways(a: np.ndarray, b: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest row of `b` for each row of `a` and of `a` for each row of `b`, by cosine (ties: lowest row).
-
-    Exact search: one chunked pass of a @ b.T serves both directions; faiss, when installed, for large sets.
-    """
-    a, b = unit_rows(a), unit_rows(b)
-    if max(len(a), len(b)) >= FAISS_MIN_KEYS and importlib.util.find_spec("faiss") is not None:
-        return faiss_nearest(a, b), faiss_nearest(b, a)
-    a_to_b = torch.empty(len(a), dtype=torch.long)
-    best = torch.full((len(b),), -math.inf)
-    b_to_a = torch.zeros(len(b), dtype=torch.long)
-    for i in range(0, len(a), chunk):
-        sim = a[i : i + chunk] @ b.T
-        a_to_b[i : i + chunk] = sim.argmax(dim=1)
-        top, row = sim.max(dim=0)
-        better = top > best  # strict: an earlier chunk keeps a tie
-        best = torch.where(better, top, best)
-        b_to_a = torch.where(better, row + i, b_to_a)
-    return a_to_b.numpy(), b_to_a.numpy()
-
-
 def retrieval_errors(src: np.ndarray, tgt: np.ndarray) -> tuple[float, float]:
     """Error rate x 100 of nearest-neighbour retrieval src->tgt and tgt->src, where row i pairs with row i."""
     gold = np.arange(len(src))
-    to_tgt, to_src = nearest_both_ways(src, tgt)
+    to_tgt, to_src = knn.nearest_both_ways(src, tgt, faiss_from=FAISS_MIN_KEYS)
     return 100 * float(np.mean(to_tgt != gold)), 100 * float(np.mean(to_src != gold))
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import math
 import shutil
 import sys
@@ -36,15 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
+from paraphrastic import knn
 from paraphrastic.embed_sentences import embed_file
 from paraphrastic.fileio import InputError, at_least, atomic_output, cli_parser, iter_line_chunks, open_input, run_cli
 from paraphrastic.models import load_model, use_threads
 
 DEFAULT_THRESHOLD = {"margin": 1.06, "cosine": 0.7}
-FAISS_HINT = "pip install faiss-cpu (or: pip install -e .[mine])"
 
 
 @dataclass
@@ -132,10 +130,9 @@ def embed_side(model, path: Path, out: Path, distinct: bool, args: argparse.Name
     return Side(path, np.load(out, mmap_mode="r"), rows)
 
 
-def unit_rows(side: Side, positions: slice | np.ndarray) -> np.ndarray:
+def side_rows(side: Side, positions: slice | np.ndarray) -> np.ndarray:
     """Mined rows of a side (positions in side.rows) as unit-length float32 vectors (zero rows stay zero)."""
-    x = torch.from_numpy(np.asarray(side.vectors[side.rows[positions]], dtype=np.float32))
-    return torch.nn.functional.normalize(x, dim=1).numpy()
+    return knn.unit_rows(side.vectors[side.rows[positions]])
 
 
 def lines_at(path: Path, rows: np.ndarray, args: argparse.Namespace) -> np.ndarray:
@@ -153,15 +150,11 @@ def lines_at(path: Path, rows: np.ndarray, args: argparse.Namespace) -> np.ndarr
 # ----------------------------------------------------------------------------- search
 
 
-def have_faiss() -> bool:
-    return importlib.util.find_spec("faiss") is not None
-
-
 def index_kind(keys: int, args: argparse.Namespace) -> str:
     """flat or ivf for this many keys; IVF and large inputs need faiss, and say how to get it."""
     kind = args.index if args.index != "auto" else ("ivf" if keys >= args.ivf_min else "flat")
-    if not have_faiss() and (kind == "ivf" or keys >= args.ivf_min):
-        raise InputError(f"faiss is needed to search {keys:,} sentences with a {kind} index: {FAISS_HINT}")
+    if not knn.have_faiss() and (kind == "ivf" or keys >= args.ivf_min):
+        raise InputError(f"faiss is needed to search {keys:,} sentences with a {kind} index: {knn.FAISS_HINT}")
     return kind
 
 
@@ -172,27 +165,15 @@ def ivf_lists(n: int, args: argparse.Namespace) -> int:
 
 def build_index(keys: Side, kind: str, args: argparse.Namespace):
     """A faiss inner-product index over the unit vectors of `keys`: exact, or IVF trained on a seeded sample."""
-    import faiss
-
-    n, dim = len(keys.rows), keys.vectors.shape[1]
-    if kind == "flat":
-        index = faiss.IndexFlatIP(dim)
-    else:
-        nlist = ivf_lists(n, args)
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        index.train(unit_rows(keys, np.sort(np.random.default_rng(args.seed).choice(n, min(n, 40 * nlist), False))))
-        index.nprobe = min(args.nprobe, nlist)
+    n, dim, nlist, sample = len(keys.rows), keys.vectors.shape[1], ivf_lists(len(keys.rows), args), None
+    if kind == "ivf":
+        sample = side_rows(keys, np.sort(np.random.default_rng(args.seed).choice(n, min(n, 40 * nlist), False)))
+    index = knn.faiss_index(dim, kind, nlist, args.nprobe, sample)
     for start in tqdm(
         range(0, n, args.chunk_lines), desc=f"index {keys.path.name}", disable=args.quiet, file=sys.stderr
     ):
-        index.add(unit_rows(keys, slice(start, start + args.chunk_lines)))
+        index.add(side_rows(keys, slice(start, start + args.chunk_lines)))
     return index
-
-
-def exact_search(keys: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """k largest inner products of each query against all keys, with torch (the path without faiss)."""
-    sims, ids = torch.topk(torch.from_numpy(queries) @ torch.from_numpy(keys).T, k, dim=1)
-    return sims.numpy(), ids.numpy()
 
 
 def searcher(keys: Side, k: int, args: argparse.Namespace) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
@@ -200,18 +181,18 @@ def searcher(keys: Side, k: int, args: argparse.Namespace) -> Callable[[np.ndarr
     (exact or IVF), or exact torch search where faiss is not installed."""
     k = min(k, len(keys.rows))
     kind = index_kind(len(keys.rows), args)
-    if have_faiss():
+    if knn.have_faiss():
         index = build_index(keys, kind, args)
         return lambda q: index.search(q, k)
-    table = unit_rows(keys, slice(None))
-    return lambda q: exact_search(table, q, k)
+    table = side_rows(keys, slice(None))
+    return lambda q: knn.exact_topk(table, q, k)
 
 
 def search_chunks(search: Callable, keys: Side, queries: Side, args: argparse.Namespace) -> tuple[np.ndarray, ...]:
     """Run `search` over the queries in chunks (small enough for exact search's score matrix to stay bounded)."""
-    step = args.chunk_lines if have_faiss() else max(1, min(args.chunk_lines, (1 << 26) // len(keys.rows)))
+    step = args.chunk_lines if knn.have_faiss() else max(1, min(args.chunk_lines, (1 << 26) // len(keys.rows)))
     parts = [
-        search(unit_rows(queries, slice(start, start + step)))
+        search(side_rows(queries, slice(start, start + step)))
         for start in tqdm(range(0, len(queries.rows), step), desc=f"search {queries.path.name} -> {keys.path.name}",
                           disable=args.quiet, file=sys.stderr)
     ]  # fmt: skip
@@ -220,7 +201,7 @@ def search_chunks(search: Callable, keys: Side, queries: Side, args: argparse.Na
     return sims, ids
 
 
-def knn(keys: Side, queries: Side, k: int, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
+def nearest_keys(keys: Side, queries: Side, k: int, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
     """Cosine and position (in keys.rows; -1: none found) of each query's k nearest keys."""
     return search_chunks(searcher(keys, k, args), keys, queries, args)
 
@@ -309,8 +290,8 @@ def mine(source: Side, target: Side, args: argparse.Namespace, same: bool = Fals
     """
     if min(len(source.rows), len(target.rows)) < 1 + same:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-    fwd = knn(target, source, args.k + same, args)
-    bwd = None if same else knn(source, target, args.k, args)
+    fwd = nearest_keys(target, source, args.k + same, args)
+    bwd = None if same else nearest_keys(source, target, args.k, args)
     return select_pairs(source, target, fwd, bwd, args)
 
 
@@ -367,10 +348,7 @@ def work_dir(args: argparse.Namespace):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     threads = use_threads(args.threads)
-    if have_faiss():
-        import faiss
-
-        faiss.omp_set_num_threads(threads)
+    knn.set_faiss_threads(threads)
     files = [Path(p) for p in ([args.paraphrase] if args.paraphrase else [args.source, args.target])]
     for path in files:
         open_input(path)

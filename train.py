@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from paraphrastic import distributed
+from paraphrastic import distributed, evaluate
 from paraphrastic.fileio import (
     Error,
     InputError,
@@ -828,8 +828,6 @@ class Trainer:
         """Pearson x 100 of each --dev-file (empty without dev files)."""
         if not self.config.dev_file:
             return {}
-        from paraphrastic import evaluate
-
         self.model.eval()
         return {str(p): float(evaluate.score_sts_file(self.model, p)["pearson"]) for p in self.config.dev_file}
 

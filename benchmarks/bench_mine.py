@@ -58,11 +58,11 @@ class Clock:
 def neighbour_recall(side: mine_bitext.Side, ids: np.ndarray, k: int, sample: int) -> float:
     """Share of the exact k nearest neighbours (self excluded) that the search found, on `sample` queries."""
     queries = np.random.default_rng(0).choice(len(side.rows), sample, replace=False)
-    q = torch.from_numpy(mine_bitext.unit_rows(side, queries))
+    q = torch.from_numpy(mine_bitext.side_rows(side, queries))
     best = torch.full((sample, k + 1), -2.0)
     best_ids = torch.zeros((sample, k + 1), dtype=torch.long)
     for start in range(0, len(side.rows), 131072):
-        sims = q @ torch.from_numpy(mine_bitext.unit_rows(side, slice(start, start + 131072))).T
+        sims = q @ torch.from_numpy(mine_bitext.side_rows(side, slice(start, start + 131072))).T
         top = torch.topk(torch.cat([best, sims], 1), k + 1, dim=1)
         cand = torch.cat([best_ids, torch.arange(start, start + sims.shape[1]).expand(sample, -1)], 1)
         best, best_ids = top.values, torch.gather(cand, 1, top.indices)

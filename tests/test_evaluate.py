@@ -14,7 +14,7 @@ import torch
 from conftest import generated_sentences, need
 from scipy.stats import pearsonr, spearmanr
 
-from paraphrastic import evaluate, models
+from paraphrastic import evaluate, knn, models
 from paraphrastic.fileio import InputError
 
 # ----------------------------------------------------------------------------- fixtures
@@ -143,9 +143,9 @@ def test_tatoeba_rotated_assignment_gives_the_expected_error():
 def test_nearest_both_ways_is_exact_in_any_chunking():
     rng = np.random.default_rng(2)
     a, b = rng.normal(size=(257, 16)), rng.normal(size=(300, 16))
-    sim = evaluate.unit_rows(a).numpy() @ evaluate.unit_rows(b).numpy().T
+    sim = knn.unit_rows(a) @ knn.unit_rows(b).T
     for chunk in (1, 64, 4096):
-        a_to_b, b_to_a = evaluate.nearest_both_ways(a, b, chunk=chunk)
+        a_to_b, b_to_a = knn.nearest_both_ways(a, b, chunk=chunk)
         np.testing.assert_array_equal(a_to_b, sim.argmax(axis=1))
         np.testing.assert_array_equal(b_to_a, sim.argmax(axis=0))
 
@@ -153,7 +153,7 @@ def test_nearest_both_ways_is_exact_in_any_chunking():
 def test_nearest_ties_go_to_the_lowest_row():
     a = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     for chunk in (1, 4096):
-        a_to_b, b_to_a = evaluate.nearest_both_ways(a, a, chunk=chunk)
+        a_to_b, b_to_a = knn.nearest_both_ways(a, a, chunk=chunk)
         assert a_to_b.tolist() == [0, 0, 2] and b_to_a.tolist() == [0, 0, 2]
 
 
@@ -161,9 +161,8 @@ def test_nearest_with_faiss_agrees_with_torch(monkeypatch):
     need("faiss")
     rng = np.random.default_rng(3)
     a, b = rng.normal(size=(50, 16)), rng.normal(size=(400, 16))
-    want = evaluate.nearest_both_ways(a, b)
-    monkeypatch.setattr(evaluate, "FAISS_MIN_KEYS", 1)
-    got = evaluate.nearest_both_ways(a, b)
+    want = knn.nearest_both_ways(a, b)
+    got = knn.nearest_both_ways(a, b, faiss_from=1)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
 

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from conftest import ROOT, generated_sentences, need
 
-from paraphrastic import mine_bitext
-from paraphrastic.mine_bitext import Side, knn, margin, mine, neighbourhood, one_to_one, parse_args
+from paraphrastic import knn, mine_bitext
+from paraphrastic.mine_bitext import Side, margin, mine, nearest_keys, neighbourhood, one_to_one, parse_args
 from paraphrastic.models import DEFAULT_MODEL
 
 
 def needs_faiss():
     """faiss is an extra (`.[mine]`): skipped where absent, but CI must exercise it."""
     need("faiss")
-    if not mine_bitext.have_faiss():
+    if not knn.have_faiss():
         if os.environ.get("CI") == "true":
             pytest.fail("faiss is missing: CI installs the mine extra")
         pytest.skip("faiss not installed")
@@ -45,8 +45,8 @@ def test_margin_of_a_tiny_matrix_matches_the_hand_computation():
     # x0: tgt 0 (.8), tgt 1 (0)      y0: src 1 (.96), src 0 (.8)
     # score(x0, y0) = .8 / ((.8 + 0) / 4 + (.96 + .8) / 4) = 1.25
     assert margin(np.array([0.8]), np.array([0.4]), np.array([0.88]))[0] == pytest.approx(1.25)
-    fwd = knn(side(tgt, "t"), side(src, "s"), 2, args_for())
-    bwd = knn(side(src, "s"), side(tgt, "t"), 2, args_for())
+    fwd = nearest_keys(side(tgt, "t"), side(src, "s"), 2, args_for())
+    bwd = nearest_keys(side(src, "s"), side(tgt, "t"), 2, args_for())
     np.testing.assert_allclose(neighbourhood(fwd[0]), [0.4, (0.96 + 0.8) / 2, (1 + 0.6) / 2], atol=1e-6)
     y2 = np.array([0.05, -0.6 + 0.8 * 0.05]) / np.hypot(1, 0.05)  # cos(y2, x2), cos(y2, x1): its 2 nearest
     np.testing.assert_allclose(neighbourhood(bwd[0]), [0.88, (1 + 0.8) / 2, y2.mean()], atol=1e-6)
@@ -118,9 +118,9 @@ def test_faiss_search_equals_exact_torch_search(index, monkeypatch):
     keys, queries = side(rng.normal(size=(500, 16)), "k"), side(rng.normal(size=(300, 16)), "q")
     # IVF visiting every list is exhaustive, so it must find the same neighbours as exact search
     args = args_for("--index", index, "--nlist", "8", "--nprobe", "8", "--chunk-lines", "64")
-    sims, ids = knn(keys, queries, 5, args)
-    monkeypatch.setattr(mine_bitext, "have_faiss", lambda: False)
-    ref_sims, ref_ids = knn(keys, queries, 5, args_for("--chunk-lines", "64"))
+    sims, ids = nearest_keys(keys, queries, 5, args)
+    monkeypatch.setattr(knn, "have_faiss", lambda: False)
+    ref_sims, ref_ids = nearest_keys(keys, queries, 5, args_for("--chunk-lines", "64"))
     np.testing.assert_array_equal(ids, ref_ids)
     np.testing.assert_allclose(sims, ref_sims, atol=1e-5)
 
@@ -129,8 +129,8 @@ def test_auto_index_switches_to_ivf_past_the_threshold():
     needs_faiss()
     rng = np.random.default_rng(3)
     keys, queries = side(rng.normal(size=(1500, 16)), "k"), side(rng.normal(size=(300, 16)), "q")
-    flat = knn(keys, queries, 4, args_for("--ivf-min", "1501"))[1]
-    ivf = knn(keys, queries, 4, args_for("--ivf-min", "1500", "--nlist", "40", "--nprobe", "2"))[1]
+    flat = nearest_keys(keys, queries, 4, args_for("--ivf-min", "1501"))[1]
+    ivf = nearest_keys(keys, queries, 4, args_for("--ivf-min", "1500", "--nlist", "40", "--nprobe", "2"))[1]
     recall = np.mean([len(set(a) & set(b)) / 4 for a, b in zip(ivf, flat, strict=True)])
     assert 0.1 < recall < 0.9  # 2 of 40 lists visited: approximate, so IVF was used
 
@@ -183,7 +183,7 @@ def test_faiss_and_torch_give_the_same_mined_file(tiny_model_file, tmp_path, mon
     needs_faiss()
     planted_files(tmp_path)
     with_faiss = mined(tmp_path, tiny_model_file, "--threshold=-inf", "--dtype", "float32")
-    monkeypatch.setattr(mine_bitext, "have_faiss", lambda: False)
+    monkeypatch.setattr(knn, "have_faiss", lambda: False)
     without = mined(tmp_path, tiny_model_file, "--threshold=-inf", "--dtype", "float32")
     assert [r[1:] for r in with_faiss] == [r[1:] for r in without]
     np.testing.assert_allclose([float(r[0]) for r in with_faiss], [float(r[0]) for r in without], atol=2e-6)
@@ -230,7 +230,7 @@ def test_errors_are_one_line_and_name_the_file(tiny_model_file, tmp_path, monkey
     for done, expected in ((missing, "nope.txt: no such file"), (strict, "bad.txt:2: invalid UTF-8")):
         assert done.returncode == 2 and done.stderr.startswith("error: ") and expected in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
-    monkeypatch.setattr(mine_bitext, "have_faiss", lambda: False)
+    monkeypatch.setattr(knn, "have_faiss", lambda: False)
     args = ["--source", tmp_path / "ok.txt", "--target", tmp_path / "ok.txt", *model, "--index", "ivf", "--quiet"]
     assert mine_bitext.main(list(map(str, args))) == 2
     assert "pip install faiss-cpu" in capsys.readouterr().err
