@@ -450,10 +450,12 @@ def report(results: dict, compare: bool) -> str:
 
 
 def json_safe(value):
-    """NaN -> null, so the JSON file is standard."""
+    """NaN and infinities -> null, so the JSON is standard."""
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, float) and math.isnan(value):
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
 

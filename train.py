@@ -93,6 +93,18 @@ FIXED_ON_RESUME = (
     "grad_clip", "one_sided", "seed", "mine_precision", "distill_weight", "distill_batch_size",
     "margin_weight", "model", "combine", "scramble_rate", "max_types",
 )  # fmt: skip
+# Inputs that must be the same files on --resume (unless --force-resume): paths compared as absolute paths.
+INPUTS_ON_RESUME = ("train_file", "train_shards", "distill", "lowercase", "sp_model", "init_from")
+# The parts of a training state that resuming reads, with their types.
+STATE_PARTS = {
+    "args": dict,
+    "model": dict,
+    "optimizer": dict,
+    "position": dict,
+    "num_pairs": int,
+    "torch_rng": torch.Tensor,
+}
+START_OVER = "move it away to start the run over, or restore a copy"
 
 
 # ----------------------------------------------------------------------------- data
@@ -652,7 +664,12 @@ class Trainer:
         if state["negatives"] is not None:
             data = self.sampler.read(self.epoch, self.offset, state["megabatch_pairs"])
             self.megabatch = MegaBatch(self.model, data, self.device)
-            self.megabatch.negatives = state["negatives"].to(self.device)
+            negatives = state["negatives"]
+            n2 = 2 * self.megabatch.n
+            fits = negatives.shape == (n2,) and negatives.dtype == torch.int64
+            if not (fits and bool(((negatives >= -1) & (negatives < n2)).all())):
+                raise ValueError(f"the saved negatives do not fit a mega-batch of {self.megabatch.n} pairs")
+            self.megabatch.negatives = negatives.to(self.device)
 
     # -- loop
 
@@ -793,7 +810,7 @@ class Trainer:
             return
         path = self.out / "metrics.jsonl"
         with reporting_full_disk(path, "resume.pt keeps the last checkpoint"), open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({**record, "time": time.time()}) + "\n")
+            f.write(json.dumps(evaluate.json_safe({**record, "time": time.time()}), allow_nan=False) + "\n")
 
     def checkpoint(self) -> None:
         """Dev evaluation (best.pt when it improves), then resume.pt and model.pt, each written atomically.
@@ -812,7 +829,7 @@ class Trainer:
         scores = self.dev_scores()
         if scores:
             mean = sum(scores.values()) / len(scores)
-            improved = self.best is None or mean > self.best
+            improved = math.isfinite(mean) and (self.best is None or mean > self.best)  # a NaN never becomes best
             if improved:
                 self.best = mean
                 dev = {Path(k).name: v for k, v in scores.items()}
@@ -897,6 +914,7 @@ class Config:
     seed: int
     device: str
     resume: bool
+    force_resume: bool
     threads: int | None
     global_megabatch: bool
     dist_backend: str
@@ -1050,6 +1068,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1, help="seed of the initialisation, data order and dropout")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --output-dir")
+    p.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="with --resume: accept training, distillation, tokenizer or init files other than the saved run's",
+    )
     p.add_argument("--threads", type=at_least(1), default=None, help="CPU threads (default: the idle cores)")
     distributed.add_arguments(p)  # DDP hook: --global-megabatch, --dist-backend
     args = p.parse_args(argv)
@@ -1098,6 +1121,7 @@ def check_inputs(args: argparse.Namespace) -> None:
 
 
 def load_resume_state(out: Path) -> dict:
+    """The training state of the run in `out`, checked for its format and the parts resuming reads."""
     path = out / "resume.pt"
     if not path.exists():
         raise InputError(f"{path}: no training state to resume (run without --resume to start)")
@@ -1107,15 +1131,45 @@ def load_resume_state(out: Path) -> dict:
         raise InputError(f"{path}: not a readable training state ({str(e).splitlines()[0]})") from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise InputError(f"{path}: not a training state written by train.py")
+    version = state.get("format_version")
+    if not isinstance(version, int) or not 1 <= version <= STATE_VERSION:
+        raise InputError(
+            f"{path}: training state format {version!r}; this paraphrastic reads versions up to {STATE_VERSION} "
+            "(a newer version wrote it: upgrade paraphrastic to resume it)"
+        )
+    wrong = [k for k, kind in STATE_PARTS.items() if not isinstance(state.get(k), kind)]
+    if wrong:
+        raise InputError(f"{path}: damaged training state (missing or malformed: {', '.join(wrong)}); {START_OVER}")
     return state
 
 
 def check_resume_args(config: Config, state: dict, out: Path) -> None:
+    """Refuse to resume with settings or inputs other than the saved run's, naming each one that differs."""
     saved = state["args"]
     changed = [k for k in FIXED_ON_RESUME if saved.get(k) != getattr(config, k)]
+    if not config.force_resume:
+        changed += [k for k in INPUTS_ON_RESUME if same_inputs(saved.get(k)) != same_inputs(getattr(config, k))]
     if changed:
-        diff = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} -> {getattr(config, k)}" for k in changed)
-        raise InputError(f"{out / 'resume.pt'}: cannot resume with different settings ({diff})")
+        diff = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} -> {config.plain()[k]}" for k in changed)
+        hint = "" if config.force_resume else "; --force-resume accepts other input files"
+        raise InputError(f"{out / 'resume.pt'}: cannot resume with different settings ({diff}){hint}")
+
+
+def same_inputs(value):
+    """An input argument in a form that compares equal for the same files (absolute paths)."""
+    if isinstance(value, list | tuple):
+        return [same_inputs(v) for v in value]
+    return str(Path(value).resolve()) if isinstance(value, str | Path) else value
+
+
+def drop_torn_line(path: Path) -> None:
+    """Cut an append-only log back to its last complete line (a kill can leave half a line at its end)."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 def sentencepiece_tokenizer(config: Config, out: Path, threads: int, lowercase: bool) -> Tokenizer:
@@ -1219,7 +1273,12 @@ def main(argv: list[str] | None = None, on_step: Callable[[Trainer], None] | Non
     model = model.to(device)
     trainer = Trainer(config, model, PairSampler(source, config.seed), on_step)
     if state is not None:
-        trainer.load_state_dict(state)
+        try:
+            trainer.load_state_dict(state)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as e:
+            what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            raise InputError(f"{out / 'resume.pt'}: damaged training state ({what}); {START_OVER}") from None
+        drop_torn_line(out / "metrics.jsonl")
         tqdm.write(f"resuming from step {trainer.step} of {out}")
     distributed.attach(trainer, PairData)  # DDP hook: this rank's share of the data from here on
     tqdm.write(

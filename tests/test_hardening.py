@@ -4,6 +4,7 @@ checkpoints, shards and sentencepiece models, messy text, and property-based inv
 Every failure must be one `error: FILE[:LINE]: what is wrong (what to do)` line with exit status 2 (3 for
 a NaN stop), no traceback, and no output that looks complete but is not."""
 
+import json
 import math
 import os
 import random
@@ -23,7 +24,7 @@ from conftest import ROOT, generated_sentences, sp_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from paraphrastic import embed_sentences, fileio, models, score_sentence_pairs, shards, train
+from paraphrastic import embed_sentences, evaluate, fileio, models, score_sentence_pairs, shards, train
 
 PROPERTY = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -612,3 +613,90 @@ def test_save_load_is_exact(sp_bytes, tmp_path):
         assert loaded.tokenizer.sp_model == tokenizer.sp_model and loaded.dim == dim
 
     check()
+
+
+# ----------------------------------------------------------------------------- resume: damaged states, other inputs
+
+
+def damage_state(state: dict, how: str) -> dict:
+    """One kind of damage to a training state (what a bad copy, an edit or another version leaves)."""
+    if how == "future version":
+        state["format_version"] = 99
+    elif how == "no position":
+        del state["position"]
+    elif how == "position not a dict":
+        state["position"] = [1, 2]
+    elif how == "no step":
+        del state["position"]["step"]
+    elif how == "args not a dict":
+        state["args"] = "x"
+    elif how == "table of another shape":
+        state["model"]["embedding"] = state["model"]["embedding"][:, :3]
+    elif how == "moments of another shape":
+        state["optimizer"]["moments"] = torch.zeros(2, 3, 3)
+    elif how == "no optimizer steps":
+        del state["optimizer"]["steps"]
+    elif how == "rng not a tensor":
+        state["torch_rng"] = 5
+    elif how == "negatives of another length":
+        state["negatives"] = torch.zeros(3, dtype=torch.long) if state["negatives"] is not None else torch.zeros(3)
+        state["megabatch_pairs"] = 7
+    elif how == "pairs count a string":
+        state["num_pairs"] = "300"
+    return state
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "future version", "no position", "position not a dict", "no step", "args not a dict", "table of another shape",
+        "moments of another shape", "no optimizer steps", "rng not a tensor", "negatives of another length",
+        "pairs count a string",
+    ],
+)  # fmt: skip
+def test_a_damaged_training_state_is_one_line_naming_it(how, sp_file, pairs_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "4")) == 0
+    state = torch.load(out / "resume.pt", weights_only=True)
+    torch.save(damage_state(state, how), out / "resume.pt")
+    done = run_main(train, capsys, *train_args(pairs_file, sp_file, out, "--max-steps", "8", "--resume"))
+    assert_one_line_error(done, str(out / "resume.pt"))
+
+
+def test_resume_refuses_other_input_files_unless_forced(sp_file, pairs_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "3")) == 0
+    other = tmp_path / "other.tsv"
+    other.write_bytes(pairs_file.read_bytes())
+    done = run_main(train, capsys, *train_args(other, sp_file, out, "--max-steps", "6", "--resume"))
+    line = assert_one_line_error(done, "--train-file", "--force-resume")
+    assert str(pairs_file) in line and str(other) in line
+    done = run_main(
+        train, capsys, *train_args(pairs_file, sp_file, out, "--max-steps", "6", "--resume", "--no-lowercase")
+    )
+    assert_one_line_error(done, "--lowercase None -> False")
+    relative = os.path.relpath(pairs_file)  # the same file named another way is the same input
+    assert train.main(train_args(relative, sp_file, out, "--max-steps", "6", "--resume")) == 0
+    assert train.main(train_args(other, sp_file, out, "--max-steps", "9", "--resume", "--force-resume")) == 0
+
+
+def test_nan_dev_scores_never_freeze_best_and_metrics_stay_standard_json(sp_file, pairs_file, tmp_path, monkeypatch):
+    out, dev = tmp_path / "run", tmp_path / "dev.tsv"
+    pairs = zip(generated_sentences(20, seed=5), generated_sentences(20, seed=6), strict=True)
+    dev.write_text("".join(f"{i % 5}.0\t{a}\t{b}\n" for i, (a, b) in enumerate(pairs)))
+    calls = iter([math.nan, 10.0, 20.0])
+    monkeypatch.setattr(evaluate, "score_sts_file", lambda model, path: {"pearson": next(calls)})
+    args = train_args(pairs_file, sp_file, out, "--max-steps", "12", "--save-every", "4", "--dev-file", dev)
+    assert train.main(args) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]  # strict JSON
+    assert [r["mean"] for r in records if r["event"] == "dev"] == [None, 10.0, 20.0]
+    assert models.load_model(out / "best.pt").config["training"]["step"] == 12  # NaN did not hold the best
+
+
+def test_a_torn_metrics_line_is_cut_on_resume(sp_file, pairs_file, tmp_path):
+    out = tmp_path / "run"
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "5")) == 0
+    log = out / "metrics.jsonl"
+    log.write_bytes(log.read_bytes() + b'{"event": "tr')  # a kill in the middle of a line
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "10", "--resume")) == 0
+    assert all(json.loads(line) for line in log.read_text().splitlines())
