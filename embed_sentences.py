@@ -32,6 +32,7 @@ from paraphrastic.fileio import (
     count_lines,
     iter_line_chunks,
     open_input,
+    refuse_same_file,
     remove_stale_temps,
     reserve_space,
     run_cli,
@@ -261,12 +262,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.concat:
         out, *paths = args.concat
+        refuse_same_file(out, *paths)
         remove_stale_temps(out)
         rows = concat_shards(paths, out)
         print(f"wrote {rows} rows from {len(paths)} shards to {out}", file=sys.stderr)
         return 0
     use_threads(args.threads)
     open_input(args.sentence_file)
+    refuse_same_file(args.output_file, args.sentence_file, args.load_file, args.sp_model)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
     remove_stale_temps(args.output_file)  # left by a killed run
     if args.shard is not None:

@@ -31,7 +31,15 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 
 from paraphrastic import knn, models
-from paraphrastic.fileio import InputError, at_least, atomic_output, cli_parser, read_lines, run_cli
+from paraphrastic.fileio import (
+    InputError,
+    at_least,
+    atomic_output,
+    cli_parser,
+    read_lines,
+    refuse_same_file,
+    run_cli,
+)
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
@@ -522,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.data_dir.is_dir():
         raise InputError(f"{args.data_dir}: no such data folder (pass --data-dir or set PARAPHRASTIC_DATA)")
     langs = chosen_langs(args.data_dir, args.langs)
+    refuse_same_file(args.json, args.load_file, args.sp_model)
     model = models.load_model(args.load_file, args.sp_model, args.device)
     start = time.perf_counter()
     results = evaluate(model, args.data_dir, args.tasks, langs, args.batch_size, args.require_all)

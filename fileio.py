@@ -47,6 +47,16 @@ def open_binary(path: Path) -> BinaryIO:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+def refuse_same_file(output: str | os.PathLike | None, *inputs: str | os.PathLike | None) -> None:
+    """Fail before any work when an output would overwrite one of the run's inputs (the same file under
+    any name: a link, a relative path)."""
+    if output is None or not Path(output).exists():
+        return
+    for item in inputs:
+        if item is not None and Path(item).exists() and os.path.samefile(output, item):
+            raise InputError(f"{output}: is also an input of this run ({item}); write the output elsewhere")
+
+
 def open_input(path: str | os.PathLike) -> int:
     """Check that `path` is a readable file before any work starts; returns its size in bytes."""
     p = Path(path)
@@ -178,6 +188,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path` for a writer that opens files itself (np.lib.format,
     h5py); it is fsynced and renamed to `path` only if the block finishes without an exception."""
     path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():  # a device or FIFO (/dev/null, <(...)):
+        with reporting_full_disk(path):  # written through, never replaced by a regular file
+            yield path
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # write the link's target; the link stays a link
     fd, tmp = _temp_beside(path)
     os.close(fd)
     try:

@@ -13,6 +13,7 @@ sits on the unknown-token row, because model2vec drops the tokenizer's unknown i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from paraphrastic.fileio import HelpFormatter, atomic_output, cli_parser, run_cli
-from paraphrastic.models import ModelError, SPModel, Tokenizer, load_model
+from paraphrastic.models import ModelError, SPModel, Tokenizer, checked_table, load_model
 
 if TYPE_CHECKING:
     import tokenizers
@@ -33,7 +34,12 @@ SP_FILE = "sentencepiece.model"
 PLACEHOLDER = "\ue000"  # a private-use character: stands for a run of unknown characters
 HIDDEN = "\ue001"  # prefixes control pieces (<s>, </s>) so no text can match them; inputs never keep it
 WEIGHT_KEYS = ("embeddings", "embedding.weight")  # model2vec's key, sentence-transformers' key
-WEIGHT_DIRS = (".", "0_StaticEmbedding")  # where the two libraries put model.safetensors and tokenizer.json
+WEIGHT_DIRS = (".", "0_StaticEmbedding")
+CHECKED = (
+    "model.safetensors",
+    "tokenizer.json",
+    SP_FILE,
+)  # the files whose checksums config.json records  # where the two libraries put model.safetensors and tokenizer.json
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
@@ -138,14 +144,34 @@ def export_folder(model: SPModel, folder: str | os.PathLike) -> Path:
     files = {
         "model.safetensors": save({"embeddings": np.ascontiguousarray(table)}),
         "tokenizer.json": hf_tokenizer(model.tokenizer).to_str().encode(),
-        "config.json": json.dumps(config, indent=2).encode(),
         "modules.json": json.dumps(modules, indent=2).encode(),
         SP_FILE: model.tokenizer.sp_model,
     }
+    config["paraphrastic"]["sha256"] = {name: hashlib.sha256(files[name]).hexdigest() for name in CHECKED}
+    files["config.json"] = json.dumps(config, indent=2).encode()  # last: it vouches for the files before it
     for name, content in files.items():
         with atomic_output(folder / name) as f:
             f.write(content)
     return folder
+
+
+def check_export(folder: Path) -> None:
+    """Refuse a folder whose files do not all come from one export (one interrupted over another), by the
+    checksums our config.json records; folders from other tools carry none and pass."""
+    path = _find(folder, "config.json")
+    try:
+        sums = json.loads(path.read_text(encoding="utf-8")).get("paraphrastic", {}).get("sha256") if path else None
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+        raise ModelError(f"{path}: not a valid config.json ({e})") from None
+    if not isinstance(sums, dict):
+        return
+    for name in CHECKED:
+        found = _find(folder, name)
+        if found is None or hashlib.sha256(found.read_bytes()).hexdigest() != sums.get(name):
+            raise ModelError(
+                f"{folder}: {name} is not the file its config.json was exported with (an interrupted export?); "
+                "export the model again"
+            )
 
 
 def _find(folder: Path, name: str) -> Path | None:
@@ -173,12 +199,21 @@ def _read_table(folder: Path) -> torch.Tensor:
     key = next((k for k in WEIGHT_KEYS if k in tensors), None)
     if key is None:
         raise ModelError(f"{folder}: model.safetensors has no {' or '.join(WEIGHT_KEYS)} tensor")
-    table = tensors[key].astype(np.float32)
+    table = tensors[key]
+    if table.ndim != 2 or table.dtype.kind != "f" or 0 in table.shape:
+        raise ModelError(f"{path}: {key} is {table.dtype} of shape {table.shape}, expected a 2-D float table")
+    table = table.astype(np.float32)
     if "mapping" in tensors:
-        table = table[tensors["mapping"].astype(np.int64)]
+        mapping = tensors["mapping"]
+        if mapping.ndim != 1 or mapping.dtype.kind not in "iu" or ((mapping < 0) | (mapping >= len(table))).any():
+            raise ModelError(f"{path}: its mapping is not a list of rows of the {len(table)}-row table")
+        table = table[mapping.astype(np.int64)]
     if "weights" in tensors:
-        table = table * tensors["weights"].astype(np.float32)[:, None]
-    return torch.from_numpy(np.ascontiguousarray(table))
+        weights = tensors["weights"]
+        if weights.shape != (len(table),) or weights.dtype.kind != "f":
+            raise ModelError(f"{path}: its weights are {weights.shape}, expected one float per row ({len(table)})")
+        table = table * weights.astype(np.float32)[:, None]
+    return checked_table(torch.from_numpy(np.ascontiguousarray(table)), path)
 
 
 def _tokenizer_json(folder: Path) -> dict:
@@ -207,6 +242,7 @@ def import_folder(folder: str | os.PathLike) -> SPModel:
     folder = Path(folder)
     if not is_static_folder(folder):
         raise ModelError(f"{folder}: a folder, but not a static-embedding model (no model.safetensors)")
+    check_export(folder)
     spec = _tokenizer_json(folder)
     sp_path = _find(folder, SP_FILE)
     if sp_path is None:

@@ -39,7 +39,16 @@ from tqdm import tqdm
 
 from paraphrastic import knn
 from paraphrastic.embed_sentences import embed_file
-from paraphrastic.fileio import InputError, at_least, atomic_output, cli_parser, iter_line_chunks, open_input, run_cli
+from paraphrastic.fileio import (
+    InputError,
+    at_least,
+    atomic_output,
+    cli_parser,
+    iter_line_chunks,
+    open_input,
+    refuse_same_file,
+    run_cli,
+)
 from paraphrastic.models import load_model, use_threads
 
 DEFAULT_THRESHOLD = {"margin": 1.06, "cosine": 0.7}
@@ -352,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     files = [Path(p) for p in ([args.paraphrase] if args.paraphrase else [args.source, args.target])]
     for path in files:
         open_input(path)
+    refuse_same_file(args.output_file, *files, args.load_file, args.sp_model)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
     start = time.perf_counter()
     with work_dir(args) as work:

@@ -603,7 +603,7 @@ def from_checkpoint(state: dict, path: str | os.PathLike) -> Model:
     config = state.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("lowercase"), bool):
         raise ModelError(f"{path}: no valid config in the model file (it is corrupt)")
-    table = _checked_table(state.get("embedding"), path)
+    table = checked_table(state.get("embedding"), path)
     if config.get("encoder", "sp") != "sp":
         return _general_from_native(state, config, table, path)
     tokenizer = _sp_tokenizer(state, config, path)
@@ -645,7 +645,7 @@ def _general_from_native(state: dict, config: dict, table: torch.Tensor, path: P
     return model
 
 
-def _checked_table(table, path: Path) -> torch.Tensor:
+def checked_table(table, path: Path) -> torch.Tensor:
     """The embedding table, which must be a 2-D float tensor of finite values."""
     if not isinstance(table, torch.Tensor) or table.ndim != 2 or not table.is_floating_point() or 0 in table.shape:
         raise ModelError(f"{path}: no usable embedding table (expected a 2-D float tensor; the file is corrupt)")
@@ -672,7 +672,7 @@ def _from_legacy(state: dict, path: Path, sp_model: str | os.PathLike | None) ->
     vocab = state["vocab"]
     if not isinstance(vocab, dict) or LEGACY_UNK not in vocab:
         raise ModelError(f"{path}: vocabulary has no {LEGACY_UNK} row")
-    weight = _checked_table(state["state_dict"]["embedding.weight"], path)
+    weight = checked_table(state["state_dict"]["embedding.weight"], path)
     tokenizer = Tokenizer(sp_bytes, bool(args.get("lower_case", True)), source=sp_model)
     pieces = [tokenizer.sp.id_to_piece(i) for i in range(len(tokenizer))]
     piece_rows = _checked_rows(torch.tensor([vocab.get(p, -1) for p in pieces]), len(pieces), len(weight), path)

@@ -21,6 +21,7 @@ from paraphrastic.fileio import (
     count_lines,
     iter_line_chunks,
     open_input,
+    refuse_same_file,
     remove_stale_temps,
     run_cli,
     split_pair,
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     use_threads(args.threads)
     open_input(args.sentence_pair_file)
+    refuse_same_file(args.output_file, args.sentence_pair_file, args.load_file, args.sp_model)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
     if args.output_file:
         remove_stale_temps(args.output_file)  # left by a killed run

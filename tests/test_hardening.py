@@ -11,8 +11,10 @@ import random
 import re
 import resource
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -700,3 +702,57 @@ def test_a_torn_metrics_line_is_cut_on_resume(sp_file, pairs_file, tmp_path):
     log.write_bytes(log.read_bytes() + b'{"event": "tr')  # a kill in the middle of a line
     assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "10", "--resume")) == 0
     assert all(json.loads(line) for line in log.read_text().splitlines())
+
+
+# ----------------------------------------------------------------------------- outputs that must not destroy
+
+
+def test_an_output_symlink_is_followed_and_kept(tmp_path):
+    target, link = tmp_path / "real.txt", tmp_path / "link.txt"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    with fileio.atomic_output(link, "w") as f:
+        f.write("new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+
+
+def test_a_fifo_output_is_written_through_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    with fileio.atomic_output(fifo) as f:
+        f.write(b"through\n")
+    reader.join(timeout=10)
+    assert got == [b"through\n"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary file beside it
+
+
+def test_an_output_that_is_an_input_is_refused(tiny_model_file, tmp_path, capsys):
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("a sentence\nanother one\n")
+    link = tmp_path / "same.txt"
+    link.symlink_to(sentences)
+    done = run_main(embed_sentences, capsys, "--load-file", tiny_model_file, "--sentence-file", sentences,
+                    "--output-file", link)  # fmt: skip
+    assert_one_line_error(done, "is also an input")
+    assert sentences.read_text() == "a sentence\nanother one\n"
+    pairs = tmp_path / "p.tsv"
+    pairs.write_text("a\tb\n")
+    done = run_main(score_sentence_pairs, capsys, "--load-file", tiny_model_file, "--sentence-pair-file", pairs,
+                    "--output-file", pairs)  # fmt: skip
+    assert_one_line_error(done, "is also an input")
+    model_bytes = tiny_model_file.read_bytes()
+    done = run_main(evaluate, capsys, "--load-file", tiny_model_file, "--data-dir", tmp_path, "--json", tiny_model_file)
+    assert_one_line_error(done, "is also an input")
+    assert tiny_model_file.read_bytes() == model_bytes
+
+
+def test_concat_refuses_to_write_over_one_of_its_parts(tmp_path, capsys):
+    parts = [tmp_path / f"p{k}.npy" for k in range(2)]
+    for k, part in enumerate(parts):
+        np.save(part, np.full((2, 3), k, dtype=np.float32))
+    done = run_main(embed_sentences, capsys, "--concat", parts[0], parts[0], parts[1])
+    assert_one_line_error(done, "is also an input")
+    assert np.load(parts[0]).tolist() == [[0.0] * 3] * 2

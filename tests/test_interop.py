@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import json
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # every load below is from a local folder; never reach the network
 
@@ -154,7 +156,54 @@ def test_foreign_and_broken_folders_give_clear_errors(tiny_model, tmp_path):
         models.load_model(tmp_path)
     folder = interop.export_folder(tiny_model, tmp_path / "broken")
     (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:100])
+    with pytest.raises(models.ModelError, match="model.safetensors is not the file its config.json was exported"):
+        models.load_model(folder)
+    config = json.loads((folder / "config.json").read_text())
+    del config["paraphrastic"]["sha256"]  # as a folder another tool wrote: no checksums to go by
+    (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(models.ModelError, match="model.safetensors: not a readable safetensors file"):
+        models.load_model(folder)
+
+
+def test_an_interrupted_export_over_another_is_refused(tiny_model, tmp_path, monkeypatch):
+    folder = interop.export_folder(tiny_model, tmp_path / "m")
+    other = models.SPModel(tiny_model.tokenizer, tiny_model.embedding.weight.detach() * 2)
+    real = interop.atomic_output
+
+    def dies_at_the_tokenizer(path, *args):
+        if Path(path).name == "tokenizer.json":
+            raise KeyboardInterrupt
+        return real(path, *args)
+
+    monkeypatch.setattr(interop, "atomic_output", dies_at_the_tokenizer)
+    with pytest.raises(KeyboardInterrupt):
+        interop.export_folder(other, folder)  # model.safetensors is new, the rest old
+    with pytest.raises(models.ModelError, match="interrupted export"):
+        models.load_model(folder)
+    monkeypatch.setattr(interop, "atomic_output", real)
+    interop.export_folder(other, folder)
+    assert torch.equal(models.load_model(folder).embedding.weight, other.embedding.weight)
+
+
+@pytest.mark.parametrize(
+    "tensors, message",
+    [
+        ({"embeddings": np.full((5, 4), np.nan, np.float32)}, "NaN or infinite"),
+        ({"embeddings": np.ones(20, np.float32)}, "expected a 2-D float table"),
+        ({"embeddings": np.ones((5, 4), np.int32)}, "expected a 2-D float table"),
+        ({"embeddings": np.ones((5, 4), np.float32), "mapping": np.array([0, 9])}, "mapping is not a list of rows"),
+        ({"embeddings": np.ones((5, 4), np.float32), "weights": np.ones(3, np.float32)}, "one float per row"),
+    ],
+)
+def test_malformed_folder_tables_give_clear_errors(tiny_model, tmp_path, tensors, message):
+    from safetensors.numpy import save_file
+
+    folder = interop.export_folder(tiny_model, tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    del config["paraphrastic"]["sha256"]
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(tensors, folder / "model.safetensors")
+    with pytest.raises(models.ModelError, match=message):
         models.load_model(folder)
 
 
