@@ -10,16 +10,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import fcntl
 import glob
 import gzip
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+NOT_REGULAR = "not a regular file (a pipe, FIFO or device): inputs are read more than once; save it to a file first"
+DEFAULT_MAX_LINE_BYTES = 16 << 20
+LINE_LIMIT_ENV = "PARAPHRASTIC_MAX_LINE_BYTES"
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # full disk, quota, file size limit (ulimit -f)
 
 
@@ -64,6 +69,8 @@ def open_input(path: str | os.PathLike) -> int:
         raise InputError(f"{p}: no such file")
     if p.is_dir():
         raise InputError(f"{p}: is a directory, expected a file")
+    if not p.is_file():
+        raise InputError(f"{p}: {NOT_REGULAR}")
     try:
         return p.stat().st_size
     except OSError as e:
@@ -130,11 +137,24 @@ def iter_line_chunks(
             raw = list(itertools.islice(f, chunk_lines if left is None else min(chunk_lines, left)))
             if not raw:
                 return
+            check_line_lengths(raw, path, line_no)
             lines, bad = _decode_lines(raw, path, line_no, strict)
             stats["invalid_utf8_lines"] += bad
             line_no += len(raw)
             left = None if left is None else left - len(raw)
             yield lines
+
+
+def check_line_lengths(raw: list[bytes], path: Path, first_line: int) -> None:
+    """Refuse a line longer than the limit (16 MiB; PARAPHRASTIC_MAX_LINE_BYTES raises it): a line is held in
+    memory whole, and tokenizing one of hundreds of MB takes many GB."""
+    limit = int(os.environ.get(LINE_LIMIT_ENV) or DEFAULT_MAX_LINE_BYTES)
+    if raw and max(map(len, raw)) > limit:
+        k = next(i for i, line in enumerate(raw) if len(line) > limit)
+        raise InputError(
+            f"{path}:{first_line + k}: a line of {len(raw[k]):,} bytes, more than the limit of {limit:,} "
+            f"(is it text? if so, raise {LINE_LIMIT_ENV})"
+        )
 
 
 def skip_lines(f: BinaryIO, n: int) -> None:
@@ -242,20 +262,62 @@ def reserve_space(path: str | os.PathLike) -> None:
 
 
 def remove_stale_temps(path: str | os.PathLike) -> int:
-    """Remove the temporary files a killed run left beside `path` (`.NAME.*.tmp`); returns how many."""
+    """Remove the temporary files a killed run left beside `path` (`.NAME.PID.*.tmp` of a process that is
+    gone; a running job's are kept); returns how many."""
     path = Path(path)
     stale = glob.glob(os.path.join(glob.escape(str(path.parent)), f".{glob.escape(path.name)}.*.tmp"))
+    removed = 0
     for tmp in stale:
+        owner = Path(tmp).name[len(path.name) + 2 :].split(".")[0]
+        if owner.isdigit() and process_alive(int(owner)):
+            continue
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    return len(stale)
+            removed += 1
+    return removed
+
+
+@contextlib.contextmanager
+def scratch_folder(parent: str | os.PathLike, prefix: str) -> Iterator[Path]:
+    """A temporary folder `PARENT/PREFIX.PID.*`, removed at the end; the folders of killed runs (their
+    process gone) are removed first, so a kill leaks nothing for long."""
+    parent = Path(parent)
+    for old in parent.glob(f"{glob.escape(prefix)}.*"):
+        owner = old.name[len(prefix) + 1 :].split(".")[0]
+        if old.is_dir() and owner.isdigit() and not process_alive(int(owner)):
+            shutil.rmtree(old, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}.{os.getpid()}.", dir=parent) as tmp:
+        yield Path(tmp)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id is running on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+def lock_folder(folder: Path) -> BinaryIO:
+    """Hold an exclusive lock on `folder` (its `.lock` file) for as long as the returned file stays open;
+    a second process asking for it gets an InputError at once instead of interleaving its work."""
+    handle = open(folder / ".lock", "wb")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise InputError(f"{folder}: another process is training in this folder; wait for it or use another") from None
+    return handle
 
 
 def _temp_beside(path: Path) -> tuple[int, str]:
     """A new temporary file next to `path` (same file system, so the rename is atomic), with the
     permissions a plain open() would give under the current umask rather than mkstemp's 0600."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent or ".")
     except OSError as e:
         raise OutputError(f"{path}: cannot create a file there ({e.strerror.lower()})") from None
     umask = os.umask(0)

@@ -24,11 +24,8 @@ thresholds are conventional starting points, not tuned for any model: choose one
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +45,7 @@ from paraphrastic.fileio import (
     open_input,
     refuse_same_file,
     run_cli,
+    scratch_folder,
 )
 from paraphrastic.models import load_model, use_threads
 
@@ -339,18 +337,11 @@ def write_pairs(out: Path, source: Side, target: Side, pairs: tuple, args: argpa
     return len(src_text)
 
 
-@contextlib.contextmanager
 def work_dir(args: argparse.Namespace):
-    """The folder for the vector files: --work-dir, or a temporary folder beside the output removed at the end."""
-    if args.work_dir:
-        Path(args.work_dir).mkdir(parents=True, exist_ok=True)
-        yield Path(tempfile.mkdtemp(dir=args.work_dir))
-        return
-    out = Path(args.output_file)
-    for stale in out.parent.glob(f".{out.name}.vectors-*"):  # left by a killed run
-        shutil.rmtree(stale, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.vectors-", dir=out.parent) as tmp:
-        yield Path(tmp)
+    """The folder for the vector files, removed at the end: in --work-dir, else beside the output."""
+    parent = Path(args.work_dir or Path(args.output_file).parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    return scratch_folder(parent, f".{Path(args.output_file).name}.vectors")
 
 
 @run_cli

@@ -25,11 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paraphrastic.fileio import ModelError, atomic_output
+from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output
 
 FORMAT = "paraphrastic-sp"
 FORMAT_VERSION = 1
 LEGACY_UNK = "UUUNKKK"  # the unknown-token row of the original toolkit's released models
+MAX_SP_BYTES = 256 << 20  # sentencepiece models of even a million pieces are a few tens of MB
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
 
 
@@ -578,6 +579,8 @@ def load_model(
     if not path.exists():
         hint = " (the default model is not installed; pass a model file)" if path == DEFAULT_MODEL else ""
         raise ModelError(f"{path}: no such model file{hint}")
+    if not path.is_file() and not path.is_dir():
+        raise ModelError(f"{path}: {NOT_REGULAR}")
     if path.is_dir():
         from paraphrastic.interop import import_folder  # imported here: the core never needs the interop extra
 
@@ -683,6 +686,10 @@ def _from_legacy(state: dict, path: Path, sp_model: str | os.PathLike | None) ->
 def read_sp_model(path: str | os.PathLike) -> bytes:
     """A sentencepiece model file's bytes, checked to load; a ModelError naming the file otherwise."""
     try:
+        size = os.stat(path).st_size
+        if not Path(path).is_file() or size > MAX_SP_BYTES:
+            what = NOT_REGULAR if not Path(path).is_file() else f"{size:,} bytes, more than any sentencepiece model"
+            raise ModelError(f"{path}: {what}")
         data = Path(path).read_bytes()
     except OSError as e:
         raise ModelError(f"{path}: cannot read the sentencepiece model ({(e.strerror or str(e)).lower()})") from None

@@ -19,6 +19,7 @@ import sentencepiece as spm
 from paraphrastic.fileio import InputError, atomic_path
 
 SHARD_FORMAT = "paraphrastic-shard"
+MAX_PIECES = 1 << 20  # pieces in one sentence; more is a damaged offsets table, not text
 SHARD_VERSION = 1
 
 
@@ -89,6 +90,15 @@ class Shard:
             datasets = isinstance(offsets, h5py.Dataset) and isinstance(ids, h5py.Dataset) and len(ids.shape) == 1
             if not datasets or offsets.shape != (self.num_pairs + 1,):
                 raise InputError(f"{self.path}: damaged training shard ({side} offsets do not match num_pairs)")
+            for dataset in (offsets, ids):
+                if dataset.dtype.kind not in "iu":
+                    raise InputError(
+                        f"{self.path}: damaged training shard ({dataset.name} holds {dataset.dtype}, not integers)"
+                    )
+                if dataset.is_virtual or dataset.external:
+                    raise InputError(
+                        f"{self.path}: {dataset.name} keeps its data outside the shard; encode the shard again"
+                    )
             first, last = int(self._read(offsets, 0)), int(self._read(offsets, self.num_pairs))
             if first != 0 or last != ids.shape[0]:
                 raise InputError(f"{self.path}: damaged training shard ({side} offsets do not span the ids)")
@@ -107,7 +117,10 @@ class Shard:
         """Pairs [start, stop) as ((src flat ids, src lengths), (tgt flat ids, tgt lengths))."""
         sides = []
         for side in ("src", "tgt"):
-            offsets = self._read(self.offsets[side], slice(start, stop + 1))
+            offsets = self._read(self.offsets[side], slice(start, stop + 1)).astype(np.int64)
+            if (np.diff(offsets) > MAX_PIECES).any():
+                raise InputError(f"{self.path}: damaged training shard (a sentence of pairs {start}-{stop} claims "
+                                 f"more than {MAX_PIECES:,} pieces)")  # fmt: skip
             ids = self._read(self.ids[side], slice(offsets[0], offsets[-1])).astype(np.int64)
             lengths = np.diff(offsets)
             if (lengths < 0).any() or (len(ids) and not 0 <= ids.min() <= ids.max() < self.pieces):

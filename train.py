@@ -50,8 +50,10 @@ from paraphrastic.fileio import (
     InputError,
     at_least,
     atomic_output,
+    check_line_lengths,
     cli_parser,
     iter_line_chunks,
+    lock_folder,
     open_binary,
     open_input,
     remove_stale_temps,
@@ -238,6 +240,7 @@ def iter_pairs(path: Path, skip_bad: bool, chunk_lines: int = 65536) -> Iterator
     try:
         with open_binary(path) as f:
             while raw := list(itertools.islice(f, chunk_lines)):
+                check_line_lengths(raw, path, line_no)
                 src, tgt = [], []
                 for i, line in enumerate(raw):
                     text = line.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -1251,9 +1254,15 @@ def main(argv: list[str] | None = None, on_step: Callable[[Trainer], None] | Non
     (tests use it to interrupt or kill a run at a given step)."""
     args = parse_args(argv)
     args.device = distributed.setup(args.device, args.dist_backend)  # DDP hook: join torchrun's process group
-    out = args.output_dir
     check_inputs(args)
-    out.mkdir(parents=True, exist_ok=True)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    with lock_folder(args.output_dir) if distributed.is_main() else contextlib.nullcontext():  # one run per folder
+        return run(args, on_step)
+
+
+def run(args: argparse.Namespace, on_step: Callable[[Trainer], None] | None) -> int:
+    """Set up the run in --output-dir (new, resumed or from --init-from) and train it."""
+    out = args.output_dir
     for name in OUTPUTS:
         remove_stale_temps(out / name)  # left by a killed run
     state = load_resume_state(out) if args.resume else None

@@ -20,7 +20,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,15 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from paraphrastic.fileio import InputError, atomic_output, count_lines, iter_line_chunks, open_binary, run_cli
+from paraphrastic.fileio import (
+    InputError,
+    atomic_output,
+    count_lines,
+    iter_line_chunks,
+    open_binary,
+    run_cli,
+    scratch_folder,
+)
 from paraphrastic.models import Tokenizer, flatten, train_sentencepiece
 from paraphrastic.shards import write_shard
 
@@ -339,8 +346,8 @@ def shuffle(src: Path, out: Path, seed: int = 0, bucket_bytes: int = 128 << 20) 
     """Uniform shuffle in bounded memory: deal lines into random buckets on disk, then permute each bucket."""
     rng = np.random.default_rng(seed)
     k = max(1, math.ceil(src.stat().st_size / bucket_bytes))
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".shuffle.") as tmp:
-        buckets = [Path(tmp) / f"{i}" for i in range(k)]
+    with scratch_folder(out.parent, ".shuffle") as tmp:
+        buckets = [tmp / f"{i}" for i in range(k)]
         files = [open(b, "wb") for b in buckets]
         with open(src, "rb") as f, tqdm(total=src.stat().st_size, unit="B", unit_scale=True, desc="shuffle") as bar:
             while lines := f.readlines(32 << 20):
@@ -370,7 +377,7 @@ def _as_objects(lines: list[bytes]) -> np.ndarray:
 
 def train_sp(src: Path, out: Path, vocab_size: int, sample_pairs: int = 1_000_000, threads: int | None = None) -> dict:
     """One sentencepiece model over both sides of the first `sample_pairs` pairs of the shuffled file."""
-    with tempfile.NamedTemporaryFile(dir=out.parent, prefix=".sp-text.", suffix=".txt") as text, open(src, "rb") as f:
+    with scratch_folder(out.parent, ".sp-text") as tmp, open(tmp / "text.txt", "wb") as text, open(src, "rb") as f:
         for lines in iter(lambda: list(itertools.islice(f, 100_000)), []):
             text.write(b"".join(lines).replace(b"\t", b"\n"))
             sample_pairs -= len(lines)

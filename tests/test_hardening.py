@@ -489,8 +489,10 @@ def shard_file(sp_bytes, pairs_file, tmp_path) -> Path:
 
 def test_damaged_shards_are_one_line_errors_naming_the_file(shard_file, sp_bytes, sp_file, tmp_path, capsys):
     paths = damaged_copies(shard_file.read_bytes(), tmp_path)
-    for name in ("ids", "offsets", "attributes", "group"):
-        path = paths[name] = tmp_path / f"{name}.h5"
+    zeros = tmp_path / "zeros.bin"
+    zeros.write_bytes(bytes(1 << 16))
+    for name in ("ids", "offsets", "attributes", "group", "float ids", "string ids", "huge sentence", "external"):
+        path = paths[name] = tmp_path / f"{name.replace(' ', '-')}.h5"
         path.write_bytes(shard_file.read_bytes())
         with h5py.File(path, "r+") as f:
             if name == "ids":
@@ -499,9 +501,23 @@ def test_damaged_shards_are_one_line_errors_naming_the_file(shard_file, sp_bytes
                 f["tgt_offsets"][-1] = 5  # no longer spans the ids
             elif name == "attributes":
                 del f.attrs["num_pairs"]
-            else:
+            elif name == "group":
                 del f["src_ids"]
                 f.create_group("src_ids")
+            elif name in ("float ids", "string ids", "external"):
+                ids = f["src_ids"][:]
+                del f["src_ids"]
+                if name == "float ids":
+                    f["src_ids"] = ids.astype(np.float32) + 0.5  # would be truncated silently
+                elif name == "string ids":
+                    f["src_ids"] = ids.astype("S8")
+                else:  # data "stored" in another file (here: zeros)
+                    f.create_dataset("src_ids", shape=ids.shape, dtype=ids.dtype, external=[(str(zeros), 0, 1 << 16)])
+            else:  # one sentence claims 2^33 ids: the offsets after it are shifted, the total is kept
+                offsets = f["src_offsets"][:].astype(np.int64)
+                del f["src_offsets"]
+                offsets[1:-1] += 1 << 33
+                f["src_offsets"] = offsets
     for name, path in paths.items():
         args = ["--train-shards", path, "--sp-model", sp_file, "--output-dir", tmp_path / "run", "--dim", "8"]
         status = train.main([*map(str, args), "--max-steps", "2", "--batch-size", "8", "--megabatch-size", "2"])
@@ -756,3 +772,87 @@ def test_concat_refuses_to_write_over_one_of_its_parts(tmp_path, capsys):
     done = run_main(embed_sentences, capsys, "--concat", parts[0], parts[0], parts[1])
     assert_one_line_error(done, "is also an input")
     assert np.load(parts[0]).tolist() == [[0.0] * 3] * 2
+
+
+# ----------------------------------------------------------------------------- inputs that are not regular files
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_pipes_and_devices_as_inputs_are_refused_before_reading(kind, tiny_model_file, sp_file, tmp_path, capsys):
+    """A FIFO would be read twice (counting, then reading) and /dev/zero never ends: both are refused."""
+    source = Path("/dev/zero")
+    if kind == "fifo":
+        source = tmp_path / "fifo"
+        os.mkfifo(source)
+    runs = [
+        (embed_sentences, "--load-file", tiny_model_file, "--sentence-file", source, "--output-file", tmp_path / "o"),
+        (score_sentence_pairs, "--load-file", tiny_model_file, "--sentence-pair-file", source),
+        (train, "--train-file", source, "--output-dir", tmp_path / "run", "--max-steps", "1"),
+        (embed_sentences, "--load-file", source, "--sentence-file", sp_file, "--output-file", tmp_path / "o"),
+    ]
+    for module, *args in runs:
+        assert_one_line_error(run_main(module, capsys, *args), str(source), "not a regular file")
+    with pytest.raises(models.ModelError, match="not a regular file"):
+        models.read_sp_model(source)
+
+
+def test_a_line_over_the_limit_is_refused_naming_it(tiny_model_file, pairs_file, tmp_path, capsys, monkeypatch):
+    text = tmp_path / "long.txt"
+    text.write_bytes(b"short\n" + b"x" * 5000 + b"\nshort\n")
+    monkeypatch.setenv(fileio.LINE_LIMIT_ENV, "4096")
+    out = tmp_path / "o.npy"
+    done = run_main(
+        embed_sentences, capsys, "--load-file", tiny_model_file, "--sentence-file", text, "--output-file", out
+    )
+    assert_one_line_error(done, f"{text}:2: a line of 5,001 bytes", fileio.LINE_LIMIT_ENV)
+    pairs = tmp_path / "long.tsv"
+    pairs.write_bytes(pairs_file.read_bytes() + b"a\t" + b"y" * 5000 + b"\n")
+    done = run_main(train, capsys, "--train-file", pairs, "--output-dir", tmp_path / "run", "--max-steps", "1")
+    assert_one_line_error(done, f"{pairs}:301: a line of 5,003 bytes")
+    monkeypatch.setenv(fileio.LINE_LIMIT_ENV, "10000")  # raised: the same file is read
+    assert (
+        embed_sentences.main(
+            ["--load-file", str(tiny_model_file), "--sentence-file", str(text), "--output-file", str(out)]
+        )
+        == 0
+    )
+    assert np.load(out).shape[0] == 3
+
+
+# ----------------------------------------------------------------------------- runs that interfere
+
+
+def test_a_second_training_in_a_busy_folder_is_refused(sp_file, pairs_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    with fileio.lock_folder(out):  # as another running training holds it
+        done = run_main(train, capsys, *train_args(pairs_file, sp_file, out, "--max-steps", "2"))
+        assert_one_line_error(done, str(out), "another process is training")
+    assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "2")) == 0  # free again
+
+
+def test_stale_temp_cleanup_keeps_a_running_jobs_temps(tmp_path):
+    out = tmp_path / "model.pt"
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        mine, other, gone = (tmp_path / f".model.pt.{pid}.abc.tmp" for pid in (os.getpid(), alive.pid, 2**22 + 7))
+        for path in (mine, other, gone):
+            path.write_text("x")
+        assert fileio.remove_stale_temps(out) == 1
+        assert mine.exists() and other.exists() and not gone.exists()
+    finally:
+        alive.kill()
+        alive.wait()
+    assert fileio.remove_stale_temps(out) == 1 and mine.exists()  # the other job is gone now
+
+
+def test_scratch_folders_of_killed_runs_are_removed_and_the_new_one_too(tmp_path):
+    dead = tmp_path / f".shuffle.{2**22 + 7}.abc"
+    dead.mkdir()
+    (dead / "bucket").write_text("left by a kill")
+    live = tmp_path / f".shuffle.{os.getpid()}.xyz"  # another job of this process, still working
+    live.mkdir()
+    with fileio.scratch_folder(tmp_path, ".shuffle") as tmp:
+        (tmp / "bucket").write_text("x")
+        assert not dead.exists() and live.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]

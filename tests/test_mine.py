@@ -177,6 +177,8 @@ def test_mining_recovers_planted_pairs_and_margin_beats_cosine(tiny_model_file, 
     kept = mined(tmp_path, tiny_model_file, "--threshold", "1.02")
     assert kept and all(float(r[0]) >= 1.02 for r in kept) and len(kept) < len(rows)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.tsv", "src.txt", "tgt.txt", "tiny.pt"]  # no vectors left
+    mined(tmp_path, tiny_model_file, "--work-dir", str(tmp_path / "work"))
+    assert list((tmp_path / "work").iterdir()) == []  # nor in --work-dir
 
 
 def test_faiss_and_torch_give_the_same_mined_file(tiny_model_file, tmp_path, monkeypatch):
