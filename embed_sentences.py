@@ -13,7 +13,6 @@ slices of the lines (0-based I) and records which slice in OUT.json beside the o
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import os
@@ -133,11 +132,11 @@ def file_sha256(path: Path) -> str | None:
 
 
 def embed_shard(model, args: argparse.Namespace) -> dict:
-    """Embed this job's slice of the input and write its record beside it (after the .npy, both atomic)."""
+    """Embed this job's slice of the input and write its record beside it (after the .npy, both atomic; the
+    record names the rows' checksum, so a rerun killed between the two is caught, and one killed earlier
+    leaves the previous shard whole)."""
     lines = count_lines(args.sentence_file)
     start, stop = shard_bounds(lines, args.shard, args.num_shards)
-    with contextlib.suppress(FileNotFoundError):
-        record_path(args.output_file).unlink()  # a stale record must never describe the new rows
     stats = embed_file(
         model, args.sentence_file, args.output_file, args.dtype, start, stop, args.batch_size, args.chunk_lines,
         args.strict, args.quiet,
@@ -154,6 +153,7 @@ def embed_shard(model, args: argparse.Namespace) -> dict:
         "model_sha256": file_sha256(Path(args.load_file) if args.load_file else DEFAULT_MODEL),
         "dim": model.dim,
         "dtype": args.dtype,
+        "rows_sha256": file_sha256(Path(args.output_file)),  # a record vouches for these rows alone
     }
     with atomic_output(record_path(args.output_file), "w") as f:
         json.dump(record, f, indent=1)
@@ -177,6 +177,9 @@ def read_shard(path: Path) -> tuple[dict, np.ndarray]:
         raise InputError(
             f"{rec_file}: not a complete shard record (format {PART_FORMAT!r}, keys {sorted(RECORD_KEYS)})"
         )
+    if "rows_sha256" in rec and rec["rows_sha256"] != file_sha256(path):
+        raise InputError(f"{path}: not the rows its record {rec_file.name} was written for (an interrupted rerun?); "
+                         "re-run that shard")  # fmt: skip
     if rows.shape != (rec["stop"] - rec["start"], rec["dim"]) or rows.dtype != np.dtype(rec["dtype"]):
         raise InputError(
             f"{path}: holds {rows.shape} {rows.dtype} but its record says "

@@ -15,6 +15,7 @@ import itertools
 import os
 import pickle
 import platform
+import zipfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -536,6 +537,7 @@ def cpu_name() -> str:
 
 def _safe_load(path: Path) -> dict:
     """torch.load that never runs pickled code: only tensors, plain types and argparse.Namespace."""
+    _check_inflation(path)
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
             state = torch.load(path, map_location="cpu", weights_only=True)
@@ -553,7 +555,40 @@ def _safe_load(path: Path) -> dict:
         raise ModelError(f"{path}: not a readable model file, truncated or corrupt ({_first_sentence(e)})") from None
     if not isinstance(state, dict):
         raise ModelError(f"{path}: not a model checkpoint (top level is {type(state).__name__})")
+    for key in ("config", "args"):
+        _check_small(state.get(key), path, key)
     return state
+
+
+def _check_inflation(path: Path) -> None:
+    """Refuse a zip (torch's format) whose members inflate far beyond their stored size (a zip bomb):
+    torch stores tensors uncompressed, so a ratio of 100 over 64 MiB is no model of ours."""
+    if not zipfile.is_zipfile(path):
+        return
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            if info.file_size > (64 << 20) and info.file_size > 100 * max(info.compress_size, 1):
+                raise ModelError(
+                    f"{path}: member {info.filename} inflates {info.compress_size:,} bytes to {info.file_size:,}; "
+                    "not a model file this toolkit wrote"
+                )
+
+
+def _check_small(value, path: Path, key: str, budget: int = 100_000, depth: int = 32) -> None:
+    """Refuse a config too large or deep to be one (nested or shared so that walking it never ends, a
+    "billion laughs"): it is walked once with a budget of nodes and a depth limit."""
+    stack, seen = [(value, 0)], 0
+    while stack:
+        item, level = stack.pop()
+        seen += 1
+        if seen > budget or level > depth:
+            raise ModelError(f"{path}: its {key} is nested or repeated beyond any real config (the file is corrupt)")
+        if isinstance(item, argparse.Namespace):
+            item = vars(item)
+        if isinstance(item, dict):
+            stack += [(v, level + 1) for v in item.values()]
+        elif isinstance(item, list | tuple):
+            stack += [(v, level + 1) for v in item]
 
 
 def _first_sentence(error: Exception) -> str:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import h5py
@@ -856,3 +857,33 @@ def test_scratch_folders_of_killed_runs_are_removed_and_the_new_one_too(tmp_path
         (tmp / "bucket").write_text("x")
         assert not dead.exists() and live.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]
+
+
+# ----------------------------------------------------------------------------- unbounded memory and time
+
+
+def test_a_billion_laughs_config_is_refused_at_once(tiny_model, tmp_path, capsys, pairs_file):
+    laughs = ["lol"]
+    for _ in range(60):
+        laughs = [laughs, laughs]  # 2^60 leaves when walked, a few KB in the file (pickle shares them)
+    state = tiny_model.checkpoint()
+    state["config"]["notes"] = laughs
+    path = tmp_path / "laughs.pt"
+    torch.save(state, path)
+    start = time.perf_counter()
+    with pytest.raises(models.ModelError, match="nested or repeated beyond any real config"):
+        models.load_model(path)
+    done = run_main(train, capsys, "--train-file", pairs_file, "--output-dir", tmp_path / "r", "--init-from", path)
+    assert_one_line_error(done, str(path), "nested or repeated")
+    assert time.perf_counter() - start < 30
+
+
+def test_a_zip_bomb_model_is_refused_before_inflating(tmp_path):
+    path = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with z.open("archive/data.pkl", "w", force_zip64=True) as member:
+            for _ in range(80):
+                member.write(bytes(1 << 20))  # 80 MiB of zeros in about 80 KB
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(models.ModelError, match="inflates .* to 83,886,080"):
+        models.load_model(path)

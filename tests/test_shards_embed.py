@@ -108,7 +108,7 @@ def test_concat_refuses_shards_out_of_order_missing_or_from_another_run(tiny_mod
     capsys.readouterr()
     assert_refused(capsys, [paths[0], paths[1], alien[2]], out, f"{alien[2]}: does not match", "lines")
     np.save(paths[2], np.zeros((5, 16), np.float32))  # rows replaced after the record was written
-    assert_refused(capsys, paths, out, f"{paths[2]}: holds (5, 16)")
+    assert_refused(capsys, paths, out, f"{paths[2]}: not the rows its record", "re-run that shard")
     (tmp_path / "part-2.npy.json").unlink()
     assert_refused(capsys, paths, out, "part-2.npy: no shard record")
     assert_refused(capsys, [tmp_path / "nope.npy"], out, "nope.npy: no such file")
@@ -128,3 +128,18 @@ def test_bad_shard_arguments_are_usage_errors(args, tiny_model_file, tmp_path):
     with pytest.raises(SystemExit) as exit_:
         embed_sentences.main(["--sentence-file", str(text), "--output-file", str(tmp_path / "o.npy"), *args])
     assert exit_.value.code == 2 and not (tmp_path / "o.npy").exists()
+
+
+def test_a_killed_rerun_of_a_shard_leaves_the_finished_one_whole(tiny_model_file, tmp_path, monkeypatch):
+    text = write_lines(tmp_path / "in.txt", 40)
+    paths = embed_shards(text, tiny_model_file, tmp_path, 2)
+    want = np.concatenate([np.load(p) for p in paths])
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(embed_sentences, "embed_file", killed)
+    args = ["--sentence-file", text, "--load-file", tiny_model_file, "--output-file", paths[1]]
+    assert embed(*args, "--shard", 1, "--num-shards", 2) == 130
+    assert concat_shards(paths, tmp_path / "all.npy") == 40
+    np.testing.assert_array_equal(np.load(tmp_path / "all.npy"), want)
