@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
+import tarfile
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from pathlib import Path
 
 from tqdm import tqdm
@@ -62,11 +64,28 @@ def fetch(url: str, dest: Path, sha256: str | None = None, md5: str | None = Non
             for name, want in (("sha256", sha256), ("md5", md5)):
                 if want and digests[name].hexdigest() != want.lower():
                     raise InputError(f"{url}: {name} {digests[name].hexdigest()} does not match {want}")
+            f.flush()
+            check_archive(Path(f.name), dest, url)
     except urllib.error.HTTPError as e:
         raise InputError(f"{url}: HTTP {e.code} {e.reason}") from None
     except urllib.error.URLError as e:
         raise InputError(f"{url}: cannot download ({e.reason}); pass a local copy instead") from None
     return dest
+
+
+def check_archive(path: Path, dest: Path, url: str) -> None:
+    """An archive download must open as one (a download cut short, with no Content-Length to tell, loses
+    the directory at its end); other files have only their size and checksums to go by."""
+    try:
+        if dest.name.endswith(".zip"):
+            zipfile.ZipFile(path).close()
+        elif dest.name.endswith((".tar.gz", ".tgz")):
+            with tarfile.open(path) as t:
+                for _ in t:  # reads the whole stream: a truncated one fails here
+                    pass
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
+        reason = (str(e) or type(e).__name__).splitlines()[0]
+        raise InputError(f"{url}: the download is not a complete archive ({reason}); run again") from None
 
 
 def extract(archive: Path, member_name: str, dest: Path) -> Path:
@@ -82,7 +101,7 @@ def extract(archive: Path, member_name: str, dest: Path) -> Path:
             with z.open(member) as src, atomic_output(dest) as out:
                 while block := src.read(1 << 22):
                     out.write(block)
-    except zipfile.BadZipFile as e:
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
         raise InputError(f"{archive}: corrupt or truncated zip ({e}); delete it and download again") from None
     return dest
 

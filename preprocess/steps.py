@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gzip
 import itertools
 import json
@@ -20,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +37,7 @@ from paraphrastic.fileio import (
     open_binary,
     run_cli,
     scratch_folder,
+    split_pair,
 )
 from paraphrastic.models import Tokenizer, flatten, train_sentencepiece
 from paraphrastic.shards import write_shard
@@ -224,12 +227,21 @@ def _maybe_gzip(raw, path: Path):
 
 def read_line_chunks(path: Path, chunk_lines: int = CHUNK_LINES) -> Iterator[tuple[list[bytes], int]]:
     """(raw lines, on-disk bytes consumed) chunks of a plain or .gz file."""
-    with open(path, "rb") as raw, _maybe_gzip(raw, path) as f:
+    with open(path, "rb") as raw, _maybe_gzip(raw, path) as f, damaged_gzip_is_input_error(path):
         done = 0
         while lines := list(itertools.islice(f, chunk_lines)):
             pos = raw.tell()
             yield lines, pos - done
             done = pos
+
+
+@contextlib.contextmanager
+def damaged_gzip_is_input_error(path: Path) -> Iterator[None]:
+    """A truncated or corrupt .gz file read in the block becomes an InputError naming it."""
+    try:
+        yield
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise InputError(f"{path}: truncated or corrupt gzip file ({e or type(e).__name__}); fetch it again") from None
 
 
 def read_bitext_chunks(source: tuple[Path, ...], chunk_lines: int = CHUNK_LINES) -> Iterator[tuple[list, int]]:
@@ -240,7 +252,12 @@ def read_bitext_chunks(source: tuple[Path, ...], chunk_lines: int = CHUNK_LINES)
             yield [(p[0], p[1]) if len(p) == 2 else ("", "") for p in text], nbytes
         return
     en_path, xx_path = source
-    with open(en_path, "rb") as raw, _maybe_gzip(raw, en_path) as fe, open_binary(xx_path) as fx:
+    with (
+        open(en_path, "rb") as raw,
+        _maybe_gzip(raw, en_path) as fe,
+        open_binary(xx_path) as fx,
+        damaged_gzip_is_input_error(en_path if en_path.suffix == ".gz" else xx_path),
+    ):
         done = 0
         for en, xx in _zip_chunks(fe, fx, chunk_lines):
             yield list(zip(_decode(en), _decode(xx), strict=True)), raw.tell() - done
@@ -337,7 +354,12 @@ def dedup(inputs: list[Path], out: Path, memory: str = "1G", threads: int | None
     read = sum(count_lines(p) for p in inputs)
     with atomic_output(out) as f:
         cmd = ["sort", "-u", "-S", memory, f"--parallel={threads or os.cpu_count() or 1}", "-T", str(out.parent)]
-        subprocess.run([*cmd, *map(str, inputs)], stdout=f, env={**os.environ, "LC_ALL": "C"}, check=True)
+        done = subprocess.run(
+            [*cmd, *map(str, inputs)], stdout=f, stderr=subprocess.PIPE, env={**os.environ, "LC_ALL": "C"}
+        )
+        if done.returncode != 0:
+            why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+            raise InputError(f"{out}: sort failed ({why[0]}); {out} was left as it was")
     kept = count_lines(out)
     return {"read": read, "duplicates": read - kept, "kept": kept}
 
@@ -384,6 +406,8 @@ def train_sp(src: Path, out: Path, vocab_size: int, sample_pairs: int = 1_000_00
             if sample_pairs <= 0:
                 break
         text.flush()
+        if text.tell() == 0:
+            raise InputError(f"{src}: no text to train the sentencepiece model on (the file is empty)")
         model = train_sentencepiece(text.name, vocab_size, threads)
     with atomic_output(out) as f:
         f.write(model)
@@ -422,7 +446,9 @@ def encode_shards(
 
     with tqdm(total=count_lines(src), unit=" pairs", unit_scale=True, desc="encode", mininterval=2) as bar:
         for lines in iter_line_chunks(src, min(chunk_pairs, shard_pairs)):
-            left, right = zip(*(line.split("\t", 1) for line in lines), strict=True)
+            left, right = zip(
+                *(split_pair(line, src, stats["pairs"] + k + 1) for k, line in enumerate(lines)), strict=True
+            )
             pending.append((flatten(tokenizer.encode(left, threads)), flatten(tokenizer.encode(right, threads))))
             stats["pairs"] += len(lines)
             bar.update(len(lines))

@@ -300,3 +300,64 @@ def test_bilingual_do_all_end_to_end_excludes_tatoeba(tmp_path):
 def test_bilingual_do_all_rejects_bad_language_lists(tmp_path):
     done = run_do_all("bilingual/do_all.sh", ["de_fr"], {}, tmp_path)
     assert done.returncode == 2 and "usage" in done.stderr
+
+
+# ------------------------------------------------------------------ damaged inputs: one line, nothing kept
+
+
+def test_a_download_that_is_no_complete_archive_is_not_kept(tmp_path):
+    archive = tmp_path / "served.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("x.txt", "text\n" * 1000)
+    archive.write_bytes(archive.read_bytes()[:-100])  # cut short: its directory is gone
+    with pytest.raises(InputError, match="not a complete archive"):
+        download.fetch(archive.as_uri(), tmp_path / "dl" / "x.zip")
+    assert list((tmp_path / "dl").iterdir()) == []
+
+
+def test_garbage_evaluation_archives_are_one_line_errors(tmp_path, capsys):
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "STS2012-en-test.zip").write_bytes(b"not a zip")
+    (local / "Stsbenchmark.tar.gz").write_bytes(b"not a tar")
+    with zipfile.ZipFile(local / "STS2013-en-test.zip", "w") as z:
+        z.writestr("STS.input.headlines.txt", "a\tb\n")
+        z.writestr("STS.gs.headlines.txt", "high\n")  # a score that is no number
+    for only in ("2012", "stsb", "2013"):
+        args = ["--out", str(tmp_path / "eval"), "--local", str(local), "--only", only]
+        assert fileio_main(eval_download.main, args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and "download it again" in err, err
+
+
+def fileio_main(main, argv) -> int:
+    from paraphrastic.fileio import run_cli
+
+    return run_cli(main)(argv)
+
+
+@pytest.mark.parametrize("damage", ["no tab", "empty", "truncated gzip", "failed sort"])
+def test_preprocessing_steps_fail_in_one_line(damage, tmp_path, capsys, sp_bytes):
+    out, sp_file = tmp_path / "out", tmp_path / "sp.model"
+    sp_file.write_bytes(sp_bytes)
+    if damage == "no tab":
+        (tmp_path / "pairs.tsv").write_text("a b\tc d\nno tab here\n")
+        argv = ["encode", str(tmp_path / "pairs.tsv"), "--sp-model", str(sp_file), "--out", str(out)]
+        want = "pairs.tsv:2: expected sentence1<TAB>sentence2"
+    elif damage == "empty":
+        (tmp_path / "pairs.tsv").write_text("")
+        argv = ["train-sp", str(tmp_path / "pairs.tsv"), "--out", str(out)]
+        want = "no text to train"
+    elif damage == "truncated gzip":
+        data = gzip.compress(("a b c d e f\tg h i j k\t0.5\n" * 5000).encode())
+        (tmp_path / "p.txt.gz").write_bytes(data[: len(data) // 2])
+        argv = ["filter-paranmt", str(tmp_path / "p.txt.gz"), "--sim-low", "0", "--sim-high", "1", "--ovl", "1", "--out", str(out), "--workers", "1"]  # fmt: skip
+        want = "truncated or corrupt gzip"
+    else:
+        (tmp_path / "pairs.tsv").write_text("a\tb\n")
+        argv = ["dedup", str(tmp_path / "pairs.tsv"), "--memory", "no-such-size", "--out", str(out)]
+        want = "sort failed"
+    assert fileio_main(steps.main, argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: ") and want in err, err
+    assert not out.exists()

@@ -9,10 +9,13 @@ With --local DIR the archives are read from DIR under their official file names 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 import tarfile
 import zipfile
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from paraphrastic.fileio import InputError, atomic_output, run_cli
@@ -159,6 +162,23 @@ def source(url: str, local: Path | None, downloads: Path) -> Path:
     return _local_file(local, name) if local else fetch(url, downloads / name)
 
 
+@contextlib.contextmanager
+def reading(archive: Path) -> Iterator[None]:
+    """A garbage archive (bad zip or tar, truncated, scores that are no numbers) read in the block becomes an
+    InputError naming it; nothing half-converted is kept, since every output is written atomically."""
+    try:
+        yield
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, ValueError, KeyError) as e:
+        reason = (str(e) or type(e).__name__).splitlines()[0]
+        raise InputError(f"{archive}: not a usable archive ({reason}); delete it and download it again") from None
+
+
+def convert(converter, *archives: Path, out: Path) -> list[str]:
+    """`converter(*archives, out)`, with a damaged archive reported as one error naming it."""
+    with reading(archives[-1] if len(archives) == 1 else Path(" and ".join(map(str, archives)))):
+        return converter(*archives, out)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m paraphrastic.preprocess.evaluation.download", description=__doc__.split("\n")[0]
@@ -173,14 +193,20 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.only or [*STS_YEARS, "stsb", "2017", "tatoeba"])
     for year, url in STS_YEARS.items():
         if year in wanted:
-            names = convert_sts_year(source(url, args.local, args.downloads), args.out / "sts" / "en" / year)
+            names = convert(
+                convert_sts_year, source(url, args.local, args.downloads), out=args.out / "sts" / "en" / year
+            )
             print(f"STS {year}: {', '.join(names)}", file=sys.stderr)
     if "stsb" in wanted:
-        names = convert_stsb(source(STSB_URL, args.local, args.downloads), args.out / "sts" / "en" / "stsb")
+        names = convert(
+            convert_stsb, source(STSB_URL, args.local, args.downloads), out=args.out / "sts" / "en" / "stsb"
+        )
         print(f"STS Benchmark: {', '.join(names)}", file=sys.stderr)
     if "2017" in wanted:
         archives = [source(url, args.local, args.downloads) for url in STS17_URLS]
-        print(f"STS 2017: {', '.join(convert_sts17(*archives, args.out / 'sts' / '2017'))}", file=sys.stderr)
+        print(
+            f"STS 2017: {', '.join(convert(convert_sts17, *archives, out=args.out / 'sts' / '2017'))}", file=sys.stderr
+        )
     if "tatoeba" in wanted:
         print(f"Tatoeba: {len(tatoeba(args.out, args.local, args.downloads))} languages", file=sys.stderr)
     return 0
