@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from paraphrastic import models
+from paraphrastic import models, shards
 from paraphrastic.fileio import InputError, count_lines, iter_line_chunks, split_pair
 
 FUZZ = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -140,5 +140,59 @@ def test_sentencepiece_loader_on_damaged_bytes(sp_bytes, tmp_path):
             return
         ids = tokenizer.encode(["a man is riding a bicycle", ""])
         assert all(0 <= i < len(tokenizer) for i in np.concatenate([np.array(x, dtype=int) for x in ids]))
+
+    check()
+
+
+def test_shard_reader_on_damaged_bytes(sp_bytes, tmp_path):
+    """A damaged training shard reads as pairs within the vocabulary or raises InputError naming it."""
+    rng = np.random.default_rng(0)
+    sides = [(rng.integers(0, 50, 400).astype(np.int32), np.full(40, 10)) for _ in range(2)]
+    good = tmp_path / "good.h5"
+    shards.write_shard(good, *sides, sp_bytes, lowercase=True)
+    data, path = good.read_bytes(), tmp_path / "damaged.h5"
+    pieces = models.Tokenizer(sp_bytes, lowercase=True).sp.get_piece_size()
+
+    @FUZZ
+    @given(edits_for(len(data)), st.none() | st.integers(0, len(data)))
+    def check(edits, cut):
+        path.write_bytes(mutate(data, edits, cut))
+        try:
+            shard = shards.Shard(path, sp_model=sp_bytes)
+            for start in range(0, len(shard), 16):
+                for ids, lengths in shard.read(start, min(start + 16, len(shard))):
+                    assert len(ids) == lengths.sum() and (len(ids) == 0 or 0 <= ids.min() <= ids.max() < pieces)
+            shard.close()
+        except InputError as e:
+            assert str(e).startswith(f"{path}: ") and "\n" not in str(e)
+
+    check()
+
+
+config_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+def test_checkpoint_config_fuzz(sp_bytes, tmp_path):
+    """Any config (types, nesting, keys) gives a working model that saves and reloads, or a ModelError."""
+    tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
+    state = models.SPModel(tokenizer, torch.randn(len(tokenizer), 4)).checkpoint()
+    path = tmp_path / "model.pt"
+
+    @FUZZ
+    @given(st.dictionaries(st.sampled_from(["encoder", "lowercase", "parts", "combine", "dim", "x"]), config_values)
+           | config_values)  # fmt: skip
+    def check(config):
+        torch.save(state | {"config": config}, path)
+        try:
+            model = models.load_model(path)
+        except models.ModelError as e:
+            assert str(e).startswith(f"{path}: ") and "\n" not in str(e)
+            return
+        model.save(tmp_path / "again.pt")
+        assert models.load_model(tmp_path / "again.pt").embed_raw_text(["a man"]).shape == (1, model.dim)
 
     check()
