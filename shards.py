@@ -64,17 +64,20 @@ class Shard:
             attrs = dict(self.file.attrs)
             self.offsets = {side: self.file[f"{side}_offsets"] for side in ("src", "tgt")}
             self.ids = {side: self.file[f"{side}_ids"] for side in ("src", "tgt")}
-        except (OSError, KeyError) as e:
+        except (OSError, KeyError, RuntimeError, ValueError, TypeError) as e:  # whatever h5py makes of damage
             raise InputError(f"{self.path}: not a readable training shard ({e})") from None
         if attrs.get("format") != SHARD_FORMAT:
             raise InputError(f"{self.path}: not a training shard (no '{SHARD_FORMAT}' format attribute)")
         missing = [k for k in ("sp_sha256", "lowercase", "num_pairs") if k not in attrs]
         if missing:
             raise InputError(f"{self.path}: damaged training shard (attributes {missing} are missing)")
-        self.sp_sha256 = str(attrs["sp_sha256"])
-        self.lowercase = bool(attrs["lowercase"])
-        self.num_pairs = int(attrs["num_pairs"])
-        self._check_layout()
+        try:
+            self.sp_sha256 = str(attrs["sp_sha256"])
+            self.lowercase = bool(attrs["lowercase"])
+            self.num_pairs = int(attrs["num_pairs"])
+            self._check_layout()
+        except (OSError, RuntimeError, ValueError, TypeError) as e:
+            raise InputError(f"{self.path}: damaged training shard ({e})") from None
         if sp_model is not None and self.sp_sha256 != sp_checksum(sp_model):
             raise InputError(
                 f"{self.path}: made with another sentencepiece model (checksum {self.sp_sha256[:12]}, "
@@ -107,7 +110,7 @@ class Shard:
         """dataset[index]; a read error (a damaged file) is an InputError naming the shard."""
         try:
             return dataset[index]
-        except (OSError, ValueError, TypeError) as e:
+        except (OSError, ValueError, TypeError, RuntimeError) as e:
             raise InputError(f"{self.path}: damaged training shard, cannot read {dataset.name} ({e})") from None
 
     def __len__(self) -> int:
