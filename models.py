@@ -208,9 +208,9 @@ def mean_pool(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, dro
     return F.embedding_bag(torch.arange(len(ids), device=ids.device), rows, offsets, mode="mean")
 
 
-def lstm_pool(lstm: nn.LSTM, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """Run the LSTM over each bag's rows in order and average its hidden states over time; a
-    bidirectional LSTM averages the forward and backward states (no concatenation)."""
+def lstm_states(lstm: nn.LSTM, rows: torch.Tensor, offsets: torch.Tensor):
+    """Run the LSTM over each bag's rows in order: (padded inputs, hidden states, lengths), both
+    (bags, steps, dim) with zeros past each bag's end; a bidirectional LSTM's two directions are averaged."""
     lengths, owner = bag_owners(len(rows), offsets)
     bags, steps = len(offsets), int(lengths.max())
     slot = owner * steps + torch.arange(len(rows), device=rows.device) - offsets[owner]
@@ -219,10 +219,32 @@ def lstm_pool(lstm: nn.LSTM, rows: torch.Tensor, offsets: torch.Tensor) -> torch
     states = nn.utils.rnn.pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=steps)[0]
     if lstm.bidirectional:
         states = (states[..., : lstm.hidden_size] + states[..., lstm.hidden_size :]) / 2
+    return padded, states, lengths
+
+
+def lstm_pool(lstm: nn.LSTM, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """The mean of the LSTM's hidden states over each bag's rows (the seed papers' LSTM and BLSTM)."""
+    _, states, lengths = lstm_states(lstm, rows, offsets)
     return states.sum(1) / lengths.unsqueeze(1).to(states.dtype)
 
 
-POOLINGS = ("mean", "lstm", "blstm")
+class Gran(nn.Module):
+    """The gated recurrent averaging network (Wieting & Gimpel 2017): an LSTM reads the embeddings x_t,
+    each token contributes a_t = x_t * sigmoid(W_x x_t + W_h h_t + b), and the sentence is the mean of
+    the a_t. With the gate at 1 it is AVG; the LSTM only decides how much of each token to keep."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.lstm = nn.LSTM(width, width, batch_first=True)
+        self.gate = nn.Linear(2 * width, width)  # [W_x W_h] on [x_t; h_t], plus b
+
+    def forward(self, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        x, h, lengths = lstm_states(self.lstm, rows, offsets)
+        kept = x * torch.sigmoid(self.gate(torch.cat([x, h], dim=-1)))  # padding stays 0: x is 0 there
+        return kept.sum(1) / lengths.unsqueeze(1).to(kept.dtype)
+
+
+POOLINGS = ("mean", "lstm", "blstm", "gran")
 COMBINE = ("add", "concat")
 
 
@@ -259,9 +281,14 @@ class Model(nn.Module):
         self.embedding = nn.Embedding.from_pretrained(embedding.float(), freeze=False)
         width = embedding.shape[1]
         self.lstms = nn.ModuleDict(
-            {str(k): nn.LSTM(width, width, batch_first=True, bidirectional=p == "blstm")
-             for k, p in enumerate(poolings) if p != "mean"}
-        )  # fmt: skip
+            {
+                str(k): Gran(width)
+                if p == "gran"
+                else nn.LSTM(width, width, batch_first=True, bidirectional=p == "blstm")
+                for k, p in enumerate(poolings)
+                if p != "mean"
+            }
+        )  # fmt: skip  (the recurrent parts' weights, by part)
         self.config = {"encoder": self.kind, "lowercase": tokenizers[0].lowercase, **(config or {})}
         self.config.update(dim=self.dim, vocab_size=embedding.shape[0])
         if len(tokenizers) > 1 or poolings != ["mean"] or tokenizers[0].kind != "sp":
@@ -272,7 +299,7 @@ class Model(nn.Module):
 
     @property
     def kind(self) -> str:
-        """'sp', 'word', 'trigram', 'lstm', 'blstm' (LSTMs over sentencepiece), 'lstm-word', ... joined by '+'."""
+        """'sp', 'word', 'trigram', 'lstm', 'blstm', 'gran' (over sentencepiece), 'lstm-word', ... joined by '+'."""
         names = [t.kind if p == "mean" else p + ("" if t.kind == "sp" else f"-{t.kind}") for p, t in self.parts()]
         return "+".join(names)
 
@@ -333,7 +360,8 @@ class Model(nn.Module):
                 vectors.append(mean_pool(table, ids, offsets, dropout))
             else:
                 rows = F.dropout(table.index_select(0, ids), p=dropout, training=dropout > 0)
-                vectors.append(lstm_pool(self.lstms[str(k)], rows, offsets))
+                recurrent = self.lstms[str(k)]
+                vectors.append(recurrent(rows, offsets) if pooling == "gran" else lstm_pool(recurrent, rows, offsets))
         if len(vectors) == 1:
             return vectors[0]
         return torch.cat(vectors, dim=1) if self.combine == "concat" else torch.stack(vectors).sum(0)

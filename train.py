@@ -976,8 +976,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--model",
         default="sp",
         type=model_spec,
-        help="encoder: sp (default), word, trigram, lstm, blstm (LSTMs over sentencepiece pieces), lstm-word, "
-        "blstm-word; several joined by commas (e.g. word,trigram) are trained jointly, see --combine",
+        help="encoder: sp (default), word, trigram, lstm, blstm, gran (recurrent, over sentencepiece pieces), "
+        "lstm-word, blstm-word, gran-word; several joined by commas (e.g. word,trigram) are trained jointly, "
+        "see --combine",
     )
     p.add_argument(
         "--combine",
@@ -1095,7 +1096,7 @@ PART_NAMES = {
     "sp": ("mean", "sp"),
     "word": ("mean", "word"),
     "trigram": ("mean", "trigram"),
-    **{f"{lstm}{suffix}": (lstm, tokens or "sp") for lstm in ("lstm", "blstm") for suffix, tokens in
+    **{f"{lstm}{suffix}": (lstm, tokens or "sp") for lstm in ("lstm", "blstm", "gran") for suffix, tokens in
        (("", None), ("-sp", "sp"), ("-word", "word"), ("-trigram", "trigram"))},
 }  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""The seed papers' other encoders: WORD, TRIGRAM, LSTM, BLSTM and their sums and concatenations."""
+"""The seed papers' other encoders: WORD, TRIGRAM, LSTM, BLSTM, GRAN and their sums and concatenations."""
 
 from __future__ import annotations
 
@@ -64,8 +64,9 @@ def test_word_average_is_the_mean_of_the_word_rows_and_unknown_or_empty_use_row_
     np.testing.assert_allclose(got[2], table[0], rtol=1e-6)
 
 
-def hand_lstm(lstm: torch.nn.LSTM, rows: np.ndarray, reverse: bool = False) -> np.ndarray:
-    """The LSTM equations run step by step in numpy; returns the mean hidden state over time."""
+def hand_lstm(lstm: torch.nn.LSTM, rows: np.ndarray, reverse: bool = False, every: bool = False) -> np.ndarray:
+    """The LSTM equations run step by step in numpy; returns the mean hidden state over time (`every`:
+    the state of each step)."""
     suffix = "_reverse" if reverse else ""
     w_ih, w_hh = (getattr(lstm, f"weight_{k}_l0{suffix}").detach().numpy() for k in ("ih", "hh"))
     bias = sum(getattr(lstm, f"bias_{k}_l0{suffix}").detach().numpy() for k in ("ih", "hh"))
@@ -77,7 +78,7 @@ def hand_lstm(lstm: torch.nn.LSTM, rows: np.ndarray, reverse: bool = False) -> n
         c = sig(f) * c + sig(i) * np.tanh(g)
         h = sig(o) * np.tanh(c)
         states.append(h)
-    return np.mean(states, axis=0)
+    return np.array(states) if every else np.mean(states, axis=0)
 
 
 @pytest.mark.parametrize("pooling", ["lstm", "blstm"])
@@ -94,6 +95,36 @@ def test_lstm_pooling_averages_hidden_states_over_time(pooling):
             expect = (expect + hand_lstm(lstm, rows, reverse=True)) / 2  # forward and backward averaged
         np.testing.assert_allclose(vector, expect, rtol=1e-4, atol=1e-6)
     assert got.shape == (3, 6)
+
+
+def test_gran_gates_each_embedding_by_the_lstm_state_and_averages():
+    model = word_model(pooling="gran")
+    gran = model.lstms["0"]
+    w, b = gran.gate.weight.detach().numpy().astype(np.float64), gran.gate.bias.detach().numpy()
+    table = model.embedding.weight.detach().numpy().astype(np.float64)
+    texts = ["the dog runs", "a man", "dog"]
+    for text, vector in zip(texts, model.embed_raw_text(texts), strict=True):
+        x = table[model.token_ids([text])[0]]
+        h = hand_lstm(gran.lstm, x, every=True)
+        gate = 1 / (1 + np.exp(-(np.concatenate([x, h], axis=1) @ w.T + b)))  # sigmoid(W_x x + W_h h + b)
+        np.testing.assert_allclose(vector, (x * gate).mean(axis=0), rtol=1e-4, atol=1e-6)
+
+
+def test_gran_with_its_gate_at_one_is_avg():
+    gran, avg = word_model(pooling="gran"), word_model(pooling="mean")  # the same table (same seed)
+    with torch.no_grad():
+        gran.lstms["0"].gate.weight.zero_()
+        gran.lstms["0"].gate.bias.fill_(1e4)  # sigmoid = 1 exactly in float32
+    texts = ["the dog runs", "a man", "", "dog dog the"]
+    np.testing.assert_allclose(gran.embed_raw_text(texts), avg.embed_raw_text(texts), rtol=1e-6, atol=1e-7)
+
+
+def test_gran_hears_word_order_and_avg_does_not():
+    gran, avg = word_model(pooling="gran"), word_model(pooling="mean")
+    texts = ["the dog runs a man", "a man runs the dog"]
+    g, a = gran.embed_raw_text(texts), avg.embed_raw_text(texts)
+    np.testing.assert_allclose(a[0], a[1], rtol=1e-6)
+    assert np.abs(g[0] - g[1]).max() > 1e-3
 
 
 @pytest.mark.parametrize("combine", ["add", "concat"])
@@ -158,7 +189,7 @@ def train_args(pairs_file, out, model: str, *extra) -> list[str]:
     ]  # fmt: skip
 
 
-KINDS = ["word", "trigram", "lstm", "blstm-word", "word,trigram", "sp,lstm-trigram"]
+KINDS = ["word", "trigram", "lstm", "blstm-word", "gran", "gran-word", "word,trigram", "sp,lstm-trigram"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
