@@ -17,7 +17,6 @@ import json
 import math
 import multiprocessing
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -40,10 +39,10 @@ from paraphrastic.fileio import (
     split_pair,
 )
 from paraphrastic.models import Tokenizer, flatten, train_sentencepiece
+from paraphrastic.preprocess.filters import filter_pairs, ngram_overlap, tokenize
 from paraphrastic.shards import write_shard
 
 CHUNK_LINES = 50_000
-TOKEN = re.compile(r"\w+|[^\w\s]")
 # ISO 639-1 codes to the other names the same language has in our TSV collections (NTREX, Tatoeba-Challenge).
 ALIASES = {
     "ar": ["ara", "arb"],
@@ -59,28 +58,9 @@ ALIASES = {
 # filters (pure functions: the unit tests call them directly)
 
 
-def tokenize(sentence: str) -> list[str]:
-    """Lowercased word and punctuation tokens (the papers tokenized with NLTK before counting trigrams)."""
-    return TOKEN.findall(sentence.lower())
-
-
 def trigram_overlap(a: str, b: str) -> float:
-    """Share of the shorter side's word trigrams (by trigram count) that also occur in the other side.
-
-    Defined as in ParaNMT: each trigram position of the side with fewer trigrams counts once; 0 when
-    that side has no trigram. Ties take the first sentence as the shorter one.
-    """
-    ta, tb = tokenize(a), tokenize(b)
-    ga, gb = _trigrams(ta), _trigrams(tb)
-    short, other = (gb, ga) if len(gb) < len(ga) else (ga, gb)
-    if not short:
-        return 0.0
-    other = set(other)
-    return sum(g in other for g in short) / len(short)
-
-
-def _trigrams(tokens: list[str]) -> list[tuple[str, str, str]]:
-    return list(zip(tokens, tokens[1:], tokens[2:], strict=False))
+    """ParaNMT's filter: the share of the shorter side's word trigrams that also occur in the other side."""
+    return ngram_overlap(tokenize(a), tokenize(b), 3)
 
 
 def length_ok(sentence: str, low: int, high: int) -> bool:
@@ -523,6 +503,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     s.add_argument("input", type=Path)
     s.add_argument("--vocab-size", type=int, default=50_000)
     s.add_argument("--sample-pairs", type=int, default=1_000_000)
+    s = step("filter-pairs", "paraphrase pairs -> those that pass length, overlap, BLEU and perplexity filters")
+    s.add_argument("input", type=Path)
+    s.add_argument("--length", type=int, nargs=2, default=[0, 10], metavar=("LO", "HI"),
+                   help="tokens of the second side (default 0 10: the paper's best)")  # fmt: skip
+    s.add_argument("--overlap", type=int, nargs="*", default=[], metavar="N",
+                   help="filter by the n-gram overlap of the two sides for these n (e.g. 1 2 3)")  # fmt: skip
+    s.add_argument("--overlap-range", type=float, nargs=2, default=[0.0, 0.7], metavar=("LO", "HI"),
+                   help="allowed overlap (default 0 0.7: the paper found upper bounds of 0.6-0.7 best)")  # fmt: skip
+    s.add_argument("--bleu", type=float, nargs=2, metavar=("LO", "HI"), help="allowed sentence BLEU (smoothed)")
+    s.add_argument("--lm-text", type=Path, help="reference text (a sentence per line) for the trigram model")
+    s.add_argument("--max-perplexity", type=float, help="with --lm-text: the second side's perplexity bound")
     s = step("encode", "encode pairs into HDF5 shards")
     s.add_argument("input", type=Path)
     s.add_argument("--sp-model", type=Path, required=True)
@@ -547,6 +538,13 @@ def main(argv: list[str] | None = None) -> int:
         stats = dedup(args.inputs, args.out, args.memory)
     elif args.step == "shuffle":
         stats = shuffle(args.input, args.out, args.seed)
+    elif args.step == "filter-pairs":
+        if (args.lm_text is None) != (args.max_perplexity is None):
+            raise InputError("--lm-text and --max-perplexity go together")
+        overlaps = [(n, *args.overlap_range) for n in args.overlap]
+        stats = filter_pairs(
+            args.input, args.out, tuple(args.length), overlaps, args.bleu, args.lm_text, args.max_perplexity
+        )
     elif args.step == "train-sp":
         stats = train_sp(args.input, args.out, args.vocab_size, args.sample_pairs)
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import os
 import random
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 from conftest import ROOT, generated_sentences, need
 
 from paraphrastic.fileio import InputError
-from paraphrastic.preprocess import download, steps
+from paraphrastic.preprocess import download, filters, steps
 from paraphrastic.preprocess.evaluation import download as eval_download
 from paraphrastic.shards import Shard
 
@@ -361,3 +362,80 @@ def test_preprocessing_steps_fail_in_one_line(damage, tmp_path, capsys, sp_bytes
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: ") and want in err, err
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ the back-translation paper's pair filters
+
+
+def test_ngram_overlap_by_hand():
+    a, b = filters.tokenize("A b c d"), filters.tokenize("a b x")
+    assert filters.ngram_overlap(a, b, 1) == pytest.approx(2 / 3)  # b's unigrams a, b, x: two in a
+    assert filters.ngram_overlap(a, b, 2) == pytest.approx(1 / 2)  # b's bigrams (a b), (b x): one in a
+    assert filters.ngram_overlap(a, b, 3) == 0.0
+    assert filters.ngram_overlap(a, [], 1) == 0.0
+
+
+def test_sentence_bleu_by_hand():
+    hyp, ref = "a b c d".split(), "a b c e".split()
+    # precisions 3/4, (2+1)/(3+1), (1+1)/(2+1), (0+1)/(1+1); equal lengths: no brevity penalty
+    assert filters.sentence_bleu(hyp, ref) == pytest.approx((0.75 * 0.75 * (2 / 3) * 0.5) ** 0.25)
+    assert filters.sentence_bleu(hyp, hyp) == pytest.approx(1.0)
+    short = "a b".split()  # brevity: exp(1 - 4/2)
+    assert filters.sentence_bleu(short, ref) == pytest.approx(
+        math.exp(1 - 2) * (1 * (2 / 2) * (1 / 1) * (1 / 1)) ** 0.25
+    )
+    assert filters.sentence_bleu(["z"], ref) == 0.0
+
+
+def test_trigram_lm_by_hand():
+    lm = filters.NgramLM([["a", "b"], ["a", "c"]])  # 6 tokens (</s> included), 4 types + unknown = 5
+    assert lm.probability("<s>", "<s>", "a") == pytest.approx(0.6 * 1 + 0.3 * 1 + 0.1 * 3 / 11)
+    assert lm.probability("<s>", "a", "b") == pytest.approx(0.6 * 1 / 2 + 0.3 * 1 / 2 + 0.1 * 2 / 11)
+    assert lm.probability("a", "b", "</s>") == pytest.approx(0.6 + 0.3 + 0.1 * 3 / 11)
+    assert lm.probability("b", "a", "z") == pytest.approx(0.9 * 0 + 0.1 * 1 / 11)  # unseen context and word
+    want = math.exp(-(2 * math.log(0.9 + 0.3 / 11) + math.log(0.45 + 0.2 / 11)) / 3)
+    assert lm.perplexity(["a", "b"]) == pytest.approx(want)
+    assert lm.perplexity(["z", "z", "z"]) > lm.perplexity(["a", "c"])
+
+
+def test_filter_pairs_counts_each_filter_and_keeps_the_rest(tmp_path, capsys):
+    src = tmp_path / "pairs.tsv"
+    rows = [
+        "a cat sat on the mat\ta cat sat on the mat today",  # overlap 1: 6/6 -> dropped by overlap-1
+        "the weather is nice\tit is sunny outside",  # kept
+        "one two\tthis second side has far too many tokens in it to pass",  # length
+        "birds fly south\tgeese migrate in winter",  # kept
+    ]
+    src.write_text("".join(r + "\n" for r in rows))
+    out = tmp_path / "kept.tsv"
+    stats = filters.filter_pairs(src, out, length=(0, 10), overlaps=[(1, 0.0, 0.7)])
+    assert stats == {"read": 4, "length": 1, "overlap-1": 1, "kept": 2}
+    assert out.read_text().splitlines() == [rows[1], rows[3]]
+    lm_text = tmp_path / "ref.txt"
+    lm_text.write_text("geese migrate in winter\nbirds fly in winter\n" * 3)
+    stats = filters.filter_pairs(src, out, length=None, lm_text=lm_text, max_perplexity=20)
+    assert stats["kept"] == 1 and out.read_text().splitlines() == [rows[3]]
+    argv = ["filter-pairs", str(src), "--out", str(tmp_path / "cli.tsv"), "--overlap", "1", "--bleu", "0", "0.5"]
+    assert steps.main(argv) == 0
+    assert (tmp_path / "cli.tsv").read_text().splitlines() == [rows[1], rows[3]]
+
+
+def test_filter_pairs_streams_in_bounded_memory(tmp_path):
+    """Peak memory does not grow with the file: 20x more pairs cost less than 20 MiB more."""
+    words = [f"w{i}" for i in range(500)]
+    rng = random.Random(0)
+    peaks = []
+    for n in (10_000, 200_000):
+        src = tmp_path / f"{n}.tsv"
+        with open(src, "w") as f:
+            for _ in range(n):
+                f.write(" ".join(rng.choices(words, k=8)) + "\t" + " ".join(rng.choices(words, k=8)) + "\n")
+        code = (
+            "import resource, sys; from pathlib import Path; from paraphrastic.preprocess import filters; "
+            "filters.filter_pairs(Path(sys.argv[1]), Path(sys.argv[2]), (0, 10), [(1, 0, 0.7)], (0, 1)); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        )
+        done = subprocess.run([sys.executable, "-c", code, src, tmp_path / "out.tsv"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        peaks.append(int(done.stdout.split()[-1]) / 1024)
+    assert peaks[1] - peaks[0] < 20, peaks
