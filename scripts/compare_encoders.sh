@@ -28,6 +28,7 @@ encoders=(
   "word+trigram-concat word,trigram concat 0.01"
   "lstm lstm add 0.001"
   "blstm blstm add 0.001"
+  "gran gran add 0.001"
 )
 wanted=("$@")
 
