@@ -96,4 +96,8 @@ for run in sorted(out.glob("*-sp")) + sorted(out.glob("*-gran")):
     rows.append("| " + " | ".join(row) + " |")
 (out / "table.md").write_text("\n".join(rows) + "\n")
 print("\n".join(rows))
+docs = Path("docs/training.md")  # the table between the gran markers, as generated
+text = docs.read_text()
+head, rest = text.split("<!-- gran:start -->\n", 1)
+docs.write_text(head + "<!-- gran:start -->\n" + "\n".join(rows) + "\n" + rest[rest.index("<!-- gran:end -->"):])
 PY
