@@ -287,7 +287,8 @@ def scratch_folder(parent: str | os.PathLike, prefix: str) -> Iterator[Path]:
         if old.is_dir() and owner.isdigit() and not process_alive(int(owner)):
             shutil.rmtree(old, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix=f"{prefix}.{os.getpid()}.", dir=parent) as tmp:
-        yield Path(tmp)
+        with reporting_full_disk(Path(tmp), "the scratch folder is removed"):  # a full disk names the folder
+            yield Path(tmp)
 
 
 def process_alive(pid: int) -> bool:

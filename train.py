@@ -275,7 +275,7 @@ def sentencepiece_from_text(
     """Train the sentencepiece model on the distinct sentences of both sides (at most SP_SENTENCES)."""
     seen: set[int] = set()
     temp = dict(dir=workdir, prefix=f".{SP_INPUT}.", suffix=".tmp", delete=False)
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", **temp) as f:
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", **temp) as f, reporting_full_disk(workdir / SP_INPUT):
         tmp = Path(f.name)
         for src, tgt in iter_pairs(path, skip_bad):
             text = "\n".join(itertools.chain(src, tgt))

@@ -51,6 +51,12 @@ def fetch(url: str, dest: Path, sha256: str | None = None, md5: str | None = Non
             if r.headers.get_content_type() == "text/html" and not url.endswith((".html", ".htm")):
                 raise InputError(f"{url}: the server answered with a web page, not the file (quota or moved?)")
             expected = int(r.headers.get("Content-Length") or -1)
+            archive = dest.name.endswith((".zip", ".tar.gz", ".tgz"))
+            if expected < 0 and not digests and not archive:
+                raise InputError(
+                    f"{url}: the server gives no size and there is no checksum or archive test to verify "
+                    f"{dest.name} by; download it yourself and pass the local copy"
+                )
             got = 0
             with tqdm(total=expected if expected >= 0 else None, unit="B", unit_scale=True, desc=dest.name) as bar:
                 while block := r.read(1 << 20):

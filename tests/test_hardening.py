@@ -492,7 +492,8 @@ def test_damaged_shards_are_one_line_errors_naming_the_file(shard_file, sp_bytes
     paths = damaged_copies(shard_file.read_bytes(), tmp_path)
     zeros = tmp_path / "zeros.bin"
     zeros.write_bytes(bytes(1 << 16))
-    for name in ("ids", "offsets", "attributes", "group", "float ids", "string ids", "huge sentence", "external"):
+    names = ("ids", "offsets", "attributes", "group", "float ids", "string ids", "huge sentence", "external", "virtual")
+    for name in names:
         path = paths[name] = tmp_path / f"{name.replace(' ', '-')}.h5"
         path.write_bytes(shard_file.read_bytes())
         with h5py.File(path, "r+") as f:
@@ -505,6 +506,12 @@ def test_damaged_shards_are_one_line_errors_naming_the_file(shard_file, sp_bytes
             elif name == "group":
                 del f["src_ids"]
                 f.create_group("src_ids")
+            elif name == "virtual":  # a virtual dataset whose source file is missing
+                ids = f["src_ids"]
+                layout = h5py.VirtualLayout(shape=ids.shape, dtype=ids.dtype)
+                layout[:] = h5py.VirtualSource(str(tmp_path / "missing.h5"), "src_ids", shape=ids.shape)
+                del f["src_ids"]
+                f.create_virtual_dataset("src_ids", layout)
             elif name in ("float ids", "string ids", "external"):
                 ids = f["src_ids"][:]
                 del f["src_ids"]
@@ -887,3 +894,15 @@ def test_a_zip_bomb_model_is_refused_before_inflating(tmp_path):
     assert path.stat().st_size < 1 << 20
     with pytest.raises(models.ModelError, match="inflates .* to 83,886,080"):
         models.load_model(path)
+
+
+def test_a_full_disk_in_a_scratch_folder_names_it(small_disk, tmp_path):
+    """The shuffle's buckets fill the disk: the error names the scratch folder, which is removed."""
+    folder = where(small_disk, tmp_path)
+    folder.mkdir(exist_ok=True)
+    src = tmp_path / "pairs.tsv"  # outside the small disk
+    src.write_text("".join(f"sentence {i} with some words\tanother one {i}\n" for i in range(60_000)))
+    done = run_with_little_room(small_disk, 200_000, "preprocess/steps.py", "shuffle", src, "--out", folder / "s.tsv")
+    line = assert_one_line_error(done, f"{folder}/.shuffle.")
+    assert any(reason in line for reason in FULL), line
+    assert sorted(p.name for p in folder.iterdir() if p.name != "filler") == []

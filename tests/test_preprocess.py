@@ -439,3 +439,31 @@ def test_filter_pairs_streams_in_bounded_memory(tmp_path):
         assert done.returncode == 0, done.stderr
         peaks.append(int(done.stdout.split()[-1]) / 1024)
     assert peaks[1] - peaks[0] < 20, peaks
+
+
+def test_a_download_without_size_or_checksum_is_refused_unless_an_archive_test_can_vouch(tmp_path):
+    """A server that sends no Content-Length cannot tell a cut-short file from a whole one."""
+    import http.server
+    import threading
+
+    class NoLength(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.end_headers()  # no Content-Length: the body ends when the connection closes
+            self.wfile.write(b"x" * 1000)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NoLength)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/lid.176.bin"
+        with pytest.raises(InputError, match="no size and there is no checksum"):
+            download.fetch(url, tmp_path / "dl" / "lid.176.bin")
+        assert not (tmp_path / "dl" / "lid.176.bin").exists()
+        good = hashlib.sha256(b"x" * 1000).hexdigest()
+        assert download.fetch(url, tmp_path / "dl" / "ok.bin", sha256=good).read_bytes() == b"x" * 1000
+    finally:
+        server.shutdown()
