@@ -19,7 +19,8 @@ import sentencepiece as spm
 from paraphrastic.fileio import InputError, atomic_path
 
 SHARD_FORMAT = "paraphrastic-shard"
-MAX_PIECES = 1 << 20  # pieces in one sentence; more is a damaged offsets table, not text
+MAX_PIECES = 1 << 16  # pieces in one sentence; more is a damaged offsets table, not text
+MEAN_PIECES = 1024  # nor are more than this many per sentence on average (reads stay bounded in memory)
 SHARD_VERSION = 1
 
 
@@ -121,9 +122,11 @@ class Shard:
         sides = []
         for side in ("src", "tgt"):
             offsets = self._read(self.offsets[side], slice(start, stop + 1)).astype(np.int64)
-            if (np.diff(offsets) > MAX_PIECES).any():
-                raise InputError(f"{self.path}: damaged training shard (a sentence of pairs {start}-{stop} claims "
-                                 f"more than {MAX_PIECES:,} pieces)")  # fmt: skip
+            if (np.diff(offsets) > MAX_PIECES).any() or offsets[-1] - offsets[0] > MAX_PIECES + MEAN_PIECES * (
+                stop - start
+            ):
+                raise InputError(f"{self.path}: damaged training shard (pairs {start}-{stop} claim "
+                                 f"{offsets[-1] - offsets[0]:,} pieces; no text is that long)")  # fmt: skip
             ids = self._read(self.ids[side], slice(offsets[0], offsets[-1])).astype(np.int64)
             lengths = np.diff(offsets)
             if (lengths < 0).any() or (len(ids) and not 0 <= ids.min() <= ids.max() < self.pieces):
