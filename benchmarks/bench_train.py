@@ -74,7 +74,7 @@ def run_train(shard: Path, sp_file: Path, out: Path, steps: int, threads: int | 
         raise SystemExit(f"train.py failed:\n{done.stderr[-2000:]}")
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     trains = [r for r in records if r["event"] == "train"]
-    return {"records": trains, "rss_mib": int(done.stdout.split()[-1]) / 1024, "log": done.stderr}
+    return {"records": trains, "rss_mib": int(done.stdout.split()[-1]) / 1024}
 
 
 # Runs train.py in a child process and prints that child's peak RSS (KiB) alone.
@@ -121,8 +121,8 @@ def throughput(folder: Path, shard: Path, sp_file: Path, steps: int, threads: in
                 f"  M = {m:3d} {mode:10s}: {pairs_s:7.0f} pairs/s = {100 * pairs_s / bound:3.0f}% of the exact-mining "
                 f"bound {bound:7.0f} pairs/s (time: {split}; {steps} updates)"
             )
-    precision = [line for line in res["log"].splitlines() if "mining in" in line]
-    print(f"  (train.py's defaults: {precision[-1].split(', ')[-1] if precision else 'mining precision not logged'})")
+    dtype = train.mining_dtype("auto", torch.device("cpu"))
+    print(f"  (train.py's default --mine-precision auto mines in {str(dtype).removeprefix('torch.')} on this CPU)")
 
 
 def mining(threads: int) -> None:
