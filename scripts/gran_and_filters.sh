@@ -18,13 +18,7 @@ mkdir -p "$out" runs/compare
 
 pairs=runs/compare/captions50k.tsv  # the sample compare_encoders.sh trains on
 if [ ! -f "$pairs" ]; then
-  python - "$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz" "$pairs" <<'PY'
-import gzip, sys
-import numpy as np
-lines = gzip.open(sys.argv[1], "rt", encoding="utf-8").read().splitlines()
-keep = np.sort(np.random.default_rng(0).permutation(len(lines))[:50_000])
-open(sys.argv[2], "w", encoding="utf-8").write("".join(lines[i] + "\n" for i in keep))
-PY
+  python scripts/caption_sample.py "$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz" "$pairs"
 fi
 reference="$out/wiki100k.txt"  # the language model's reference text: 100k English Wikipedia sentences
 if [ ! -f "$reference" ]; then  # head closes the pipe early, which zcat reports: not an error here
