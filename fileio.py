@@ -268,8 +268,8 @@ def remove_stale_temps(path: str | os.PathLike) -> int:
     stale = glob.glob(os.path.join(glob.escape(str(path.parent)), f".{glob.escape(path.name)}.*.tmp"))
     removed = 0
     for tmp in stale:
-        owner = Path(tmp).name[len(path.name) + 2 :].split(".")[0]
-        if owner.isdigit() and process_alive(int(owner)):
+        owner = temp_owner(Path(tmp).name, f".{path.name}")
+        if owner is not None and process_alive(owner):
             continue
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -283,12 +283,18 @@ def scratch_folder(parent: str | os.PathLike, prefix: str) -> Iterator[Path]:
     process gone) are removed first, so a kill leaks nothing for long."""
     parent = Path(parent)
     for old in parent.glob(f"{glob.escape(prefix)}.*"):
-        owner = old.name[len(prefix) + 1 :].split(".")[0]
-        if old.is_dir() and owner.isdigit() and not process_alive(int(owner)):
+        owner = temp_owner(old.name, prefix)
+        if old.is_dir() and owner is not None and not process_alive(owner):
             shutil.rmtree(old, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix=f"{prefix}.{os.getpid()}.", dir=parent) as tmp:
         with reporting_full_disk(Path(tmp), "the scratch folder is removed"):  # a full disk names the folder
             yield Path(tmp)
+
+
+def temp_owner(name: str, prefix: str) -> int | None:
+    """The process id in a temporary name `PREFIX.PID.*` (None for a name without one)."""
+    owner = name[len(prefix) + 1 :].split(".")[0]
+    return int(owner) if owner.isdigit() else None
 
 
 def process_alive(pid: int) -> bool:

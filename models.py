@@ -753,9 +753,9 @@ def _from_legacy(state: dict, path: Path, sp_model: str | os.PathLike | None) ->
 def read_sp_model(path: str | os.PathLike) -> bytes:
     """A sentencepiece model file's bytes, checked to load; a ModelError naming the file otherwise."""
     try:
-        size = os.stat(path).st_size
-        if not Path(path).is_file() or size > MAX_SP_BYTES:
-            what = NOT_REGULAR if not Path(path).is_file() else f"{size:,} bytes, more than any sentencepiece model"
+        size, regular = os.stat(path).st_size, Path(path).is_file()
+        if not regular or size > MAX_SP_BYTES:
+            what = f"{size:,} bytes, more than any sentencepiece model" if regular else NOT_REGULAR
             raise ModelError(f"{path}: {what}")
         data = Path(path).read_bytes()
     except OSError as e:

@@ -122,11 +122,12 @@ class Shard:
         sides = []
         for side in ("src", "tgt"):
             offsets = self._read(self.offsets[side], slice(start, stop + 1)).astype(np.int64)
-            if (np.diff(offsets) > MAX_PIECES).any() or offsets[-1] - offsets[0] > MAX_PIECES + MEAN_PIECES * (
-                stop - start
-            ):
-                raise InputError(f"{self.path}: damaged training shard (pairs {start}-{stop} claim "
-                                 f"{offsets[-1] - offsets[0]:,} pieces; no text is that long)")  # fmt: skip
+            claimed = offsets[-1] - offsets[0]
+            if (np.diff(offsets) > MAX_PIECES).any() or claimed > MAX_PIECES + MEAN_PIECES * (stop - start):
+                raise InputError(
+                    f"{self.path}: damaged training shard (pairs {start}-{stop} claim {claimed:,} pieces; "
+                    "no text is that long)"
+                )
             ids = self._read(self.ids[side], slice(offsets[0], offsets[-1])).astype(np.int64)
             lengths = np.diff(offsets)
             if (lengths < 0).any() or (len(ids) and not 0 <= ids.min() <= ids.max() < self.pieces):

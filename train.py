@@ -938,10 +938,11 @@ class Config:
         return plain
 
 
-def make_config(args: argparse.Namespace, state: dict | None, init: Model | None) -> Config:
-    """The run's Config from the parsed arguments: a fresh --init-from run takes the model's dimension and
-    encoder, a resumed one those it recorded; LSTMs scramble 30% of sentences unless told otherwise."""
-    settings = vars(args) | {"world_size": 1}
+def make_config(args: argparse.Namespace, device: str, state: dict | None, init: Model | None) -> Config:
+    """The run's Config from the parsed arguments and the device this rank trains on: a fresh --init-from
+    run takes the model's dimension and encoder, a resumed one those it recorded; LSTMs scramble 30% of
+    sentences unless told otherwise."""
+    settings = vars(args) | {"device": device, "world_size": 1}
     if init is not None:
         settings |= {"dim": init.embedding.embedding_dim, "model": init.kind.replace("+", ","), "combine": init.combine}
     elif state is not None and args.init_from is not None:
@@ -1254,14 +1255,14 @@ def main(argv: list[str] | None = None, on_step: Callable[[Trainer], None] | Non
     """Train (or resume) a model; returns the exit status. `on_step(trainer)` runs after every update
     (tests use it to interrupt or kill a run at a given step)."""
     args = parse_args(argv)
-    args.device = distributed.setup(args.device, args.dist_backend)  # DDP hook: join torchrun's process group
+    device = distributed.setup(args.device, args.dist_backend)  # DDP hook: join torchrun's process group
     check_inputs(args)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     with lock_folder(args.output_dir) if distributed.is_main() else contextlib.nullcontext():  # one run per folder
-        return run(args, on_step)
+        return run(args, device, on_step)
 
 
-def run(args: argparse.Namespace, on_step: Callable[[Trainer], None] | None) -> int:
+def run(args: argparse.Namespace, device: str, on_step: Callable[[Trainer], None] | None) -> int:
     """Set up the run in --output-dir (new, resumed or from --init-from) and train it."""
     out = args.output_dir
     for name in OUTPUTS:
@@ -1270,7 +1271,7 @@ def run(args: argparse.Namespace, on_step: Callable[[Trainer], None] | None) -> 
     if state is None and (out / "resume.pt").exists():
         raise InputError(f"{out}: already holds a training run; pass --resume to continue it or use another directory")
     init = load_init_model(args.init_from, args.sp_model) if state is None else None
-    config = make_config(args, state, init)
+    config = make_config(args, device, state, init)
     if state is not None:
         check_resume_args(config, state, out)
     threads = use_threads(config.threads)

@@ -51,7 +51,7 @@ def fetch(url: str, dest: Path, sha256: str | None = None, md5: str | None = Non
             if r.headers.get_content_type() == "text/html" and not url.endswith((".html", ".htm")):
                 raise InputError(f"{url}: the server answered with a web page, not the file (quota or moved?)")
             expected = int(r.headers.get("Content-Length") or -1)
-            archive = dest.name.endswith((".zip", ".tar.gz", ".tgz"))
+            archive = dest.name.endswith(ARCHIVES)
             if expected < 0 and not digests and not archive:
                 raise InputError(
                     f"{url}: the server gives no size and there is no checksum or archive test to verify "
@@ -79,13 +79,16 @@ def fetch(url: str, dest: Path, sha256: str | None = None, md5: str | None = Non
     return dest
 
 
+ARCHIVES = (".zip", ".tar.gz", ".tgz")  # downloads that can be tested as archives before they are kept
+
+
 def check_archive(path: Path, dest: Path, url: str) -> None:
     """An archive download must open as one (a download cut short, with no Content-Length to tell, loses
     the directory at its end); other files have only their size and checksums to go by."""
     try:
         if dest.name.endswith(".zip"):
             zipfile.ZipFile(path).close()
-        elif dest.name.endswith((".tar.gz", ".tgz")):
+        elif dest.name.endswith(ARCHIVES):
             with tarfile.open(path) as t:
                 for _ in t:  # reads the whole stream: a truncated one fails here
                     pass

@@ -3,7 +3,7 @@ Paraphrastic Sentence Embeddings from Back-Translated Bitext": the second side's
 sentence-level BLEU of one side against the other, and the second side's perplexity under an n-gram
 language model trained on a reference text. Pure functions, and `filter_pairs`, which streams a file.
 
-    python -m paraphrastic.preprocess.steps filter-pairs pairs.tsv --out kept.tsv --length 0 10 --overlap 1 0 0.7
+    python -m paraphrastic.preprocess.steps filter-pairs pairs.tsv --out kept.tsv --length 0 10 --overlap 1 --overlap-range 0 0.7
 """
 
 from __future__ import annotations

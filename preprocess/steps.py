@@ -216,7 +216,7 @@ def read_line_chunks(path: Path, chunk_lines: int = CHUNK_LINES) -> Iterator[tup
 
 
 @contextlib.contextmanager
-def damaged_gzip_is_input_error(path: Path) -> Iterator[None]:
+def damaged_gzip_is_input_error(path: str | Path) -> Iterator[None]:
     """A truncated or corrupt .gz file read in the block becomes an InputError naming it."""
     try:
         yield
@@ -236,7 +236,7 @@ def read_bitext_chunks(source: tuple[Path, ...], chunk_lines: int = CHUNK_LINES)
         open(en_path, "rb") as raw,
         _maybe_gzip(raw, en_path) as fe,
         open_binary(xx_path) as fx,
-        damaged_gzip_is_input_error(en_path if en_path.suffix == ".gz" else xx_path),
+        damaged_gzip_is_input_error(" or ".join(str(p) for p in source if p.suffix == ".gz")),
     ):
         done = 0
         for en, xx in _zip_chunks(fe, fx, chunk_lines):
