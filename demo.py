@@ -1,0 +1,340 @@
+"""A local demo web page: how similar two sentences are, search in a corpus, and translation matching.
+
+    paraphrastic-demo --corpus sentences.txt       # then open http://127.0.0.1:7860
+
+The page is served on this machine only (127.0.0.1 unless --host says otherwise), fetches nothing from
+the internet and sends no analytics. Each view calls what the scripts call: score_raw_text, embed_raw_text
+and mine_bitext's margin-scored matching. Needs the `demo` extra: pip install -e .[demo]
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from paraphrastic import knn, mine_bitext
+from paraphrastic.fileio import Error, InputError, at_least, cli_parser, count_lines, open_input, read_lines, run_cli
+from paraphrastic.models import SHIPPED, Model, load_model, use_threads
+
+os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported: no usage reports, no version check
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+MAX_CHARS = 100_000  # per text box
+MAX_CORPUS_LINES = 2_000_000
+MAX_UPLOAD = "200mb"
+SHORTLIST = 32  # corpus lines kept by the float16 scan, then scored exactly with score_raw_text
+EXAMPLE_CORPUS = Path(__file__).resolve().parent / "data" / "example-sentences.txt"
+FONTS = (["Helvetica", "Arial", "DejaVu Sans", "sans-serif"], ["DejaVu Sans Mono", "Courier New", "monospace"])
+
+ALLOWED = set(SHIPPED)  # model names the page may load; main adds the --model file
+_models: dict[str, Model] = {}
+_corpora: OrderedDict[tuple, Corpus] = OrderedDict()
+_model_lock, _corpus_lock = threading.Lock(), threading.Lock()
+
+
+@dataclass
+class Corpus:
+    """Searchable sentences: the non-blank lines of a file and their unit vectors (float16, one row each)."""
+
+    name: str
+    lines: list[str]
+    vectors: torch.Tensor
+
+
+# ----------------------------------------------------------------------------- models and input checks
+
+
+def model_choices(given: str = "default") -> list[str]:
+    """The models the page offers: the shipped ones that are installed, and the one given with --model."""
+    names = [name for name, path in SHIPPED.items() if path.exists()]
+    return names if given in names else [given, *names]
+
+
+def get_model(name: str) -> Model:
+    """A shipped model by name (or the --model file), loaded once and cached."""
+    if name not in ALLOWED:
+        raise InputError(f"unknown model {name!r}: choose {' or '.join(SHIPPED)}, or start with --model FILE")
+    with _model_lock:
+        if name not in _models:
+            _models[name] = load_model(name)
+        return _models[name]
+
+
+def check_text(text: str | None, what: str) -> str:
+    """The text of one box, or a message saying it is empty or over the size cap."""
+    if not text or not text.strip():
+        raise InputError(f"{what} is empty: type some text")
+    if len(text) > MAX_CHARS:
+        raise InputError(f"{what} has {len(text):,} characters; this page takes at most {MAX_CHARS:,} per box")
+    return text
+
+
+def unknown_note(model: Model, texts: list[str], what: list[str]) -> str:
+    """A note naming the texts that are mostly pieces the model does not know (their scores mean little)."""
+    names = [name for name, bad in zip(what, model.mostly_unknown(texts), strict=True) if bad]
+    if not names:
+        return ""
+    hint = "" if model.config.get("multilingual") else "; for other languages and scripts try the multilingual model"
+    return (f"Note: {', '.join(names)} is mostly pieces this model does not know ([UNK]), so its vector is close to "
+            f"the unknown piece's and the score means little{hint}.")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- similarity
+
+
+def pieces(model: Model, text: str) -> list[tuple[str, str | None]]:
+    """The sentencepiece pieces a text becomes, unknown ones as ("[UNK]", "unknown")."""
+    tokenizer = model.sp_tokenizer
+    if tokenizer is None:
+        return [("(pieces are shown for sentencepiece models only)", None)]
+    ids = tokenizer.encode([text])[0]
+    return [("[UNK]", "unknown") if i == tokenizer.unk_id else (tokenizer.sp.id_to_piece(i), None) for i in ids]
+
+
+def spaced(parts: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    """Pieces with a space between them, for HighlightedText."""
+    return [item for part in parts for item in (part, (" ", None))][:-1]
+
+
+def similarity(model: Model, a: str | None, b: str | None) -> tuple[float, list, list, str]:
+    """score_raw_text's cosine of two sentences, the pieces of each, and a note when the score means little."""
+    a, b = check_text(a, "sentence 1"), check_text(b, "sentence 2")
+    score = model.score_raw_text([(a, b)])[0]
+    return score, pieces(model, a), pieces(model, b), unknown_note(model, [a, b], ["sentence 1", "sentence 2"])
+
+
+# ----------------------------------------------------------------------------- search
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new allocations (MemAvailable), or free memory where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_corpus_size(lines: int, dim: int, max_lines: int, name: str) -> None:
+    """Refuse a corpus over --max-corpus-lines or whose vectors would take over a quarter of available memory."""
+    need, memory = lines * dim * 2, available_memory()  # float16 rows
+    if lines > max_lines or need > memory // 4:
+        raise InputError(f"{name}: {lines:,} lines is too large for this page (at most {max_lines:,} lines, and "
+                         f"{need / 2**30:.1f} GiB of vectors against {memory / 2**30:.1f} GiB free; the cap is a quarter)")  # fmt: skip
+
+
+def read_corpus(path: str | os.PathLike, max_lines: int, dim: int) -> list[str]:
+    """The non-blank lines of a UTF-8 text file; binary, non-UTF-8, empty or too large files get a message."""
+    path = Path(path)
+    open_input(path)
+    with open(path, "rb") as f:
+        if b"\0" in f.read(8192):
+            raise InputError(f"{path.name}: a binary file, not text: give a UTF-8 text file, one sentence per line")
+    check_corpus_size(count_lines(path), dim, max_lines, path.name)
+    try:
+        lines = [line for line in read_lines(path, strict=True) if line.strip()]
+    except InputError as e:
+        raise InputError(str(e).replace(str(path), path.name).split(" (re-encode")[0] + ": save it as UTF-8") from None
+    if not lines:
+        raise InputError(f"{path.name}: no sentences (the file is empty or blank)")
+    return lines
+
+
+def embed_corpus(model: Model, name: str, lines: list[str], progress: Callable | None = None) -> Corpus:
+    """Embed the lines once into unit float16 rows, reporting progress(fraction, desc=...) per batch."""
+    vectors, batch = torch.empty((len(lines), model.dim), dtype=torch.float16), 16384
+    for start in range(0, len(lines), batch):
+        if progress:
+            progress(start / len(lines), desc=f"embedding {name}: {start:,} of {len(lines):,} sentences")
+        part = model.embed_raw_text(lines[start : start + batch])
+        vectors[start : start + len(part)] = torch.from_numpy(knn.unit_rows(part))
+    return Corpus(name, lines, vectors)
+
+
+def load_corpus(model_name: str, path: str | os.PathLike, max_lines: int, progress: Callable | None = None) -> Corpus:
+    """The corpus in a file embedded by a model, cached (the two most recent) so that it is embedded once."""
+    model, stat = get_model(model_name), Path(path).stat()
+    key = (model_name, str(path), stat.st_mtime_ns, stat.st_size)
+    with _corpus_lock:
+        if key not in _corpora:
+            _corpora[key] = embed_corpus(model, Path(path).name, read_corpus(path, max_lines, model.dim), progress)
+            while len(_corpora) > 2:
+                _corpora.popitem(last=False)
+        _corpora.move_to_end(key)
+        return _corpora[key]
+
+
+def search(model: Model, corpus: Corpus, query: str | None, k: int = 5) -> tuple[list[tuple[float, str]], float]:
+    """The k corpus lines nearest the query, best first, with score_raw_text's scores, and the time in ms:
+    a float16 matrix-vector scan shortlists SHORTLIST lines, which are then scored exactly."""
+    query, k = check_text(query, "the query"), max(1, k)
+    start = time.perf_counter()
+    q = torch.from_numpy(knn.unit_rows(model.embed_raw_text([query]))[0])
+    scan = (corpus.vectors @ q.to(corpus.vectors.dtype)).float().numpy()
+    m = min(max(k, SHORTLIST), len(scan))
+    shortlist = [corpus.lines[i] for i in np.argpartition(-scan, m - 1)[:m]]
+    exact = np.array(model.score_raw_text([(query, line) for line in shortlist]))
+    best = np.argsort(-exact, kind="stable")[:k]
+    return [(float(exact[i]), shortlist[i]) for i in best], (time.perf_counter() - start) * 1000
+
+
+# ----------------------------------------------------------------------------- translation matching
+
+
+def match_lists(model: Model, first: str | None, second: str | None, retrieval: str = "forward", k: int = 4) -> list:
+    """(line, sentence, match, margin) for each line of the first list, by mine_bitext's mine (ratio margin over
+    k neighbours both ways; forward: each line's best match); "" and -inf where a line found none."""
+    a = check_text(first, "the first list").splitlines()
+    b = check_text(second, "the second list").splitlines()
+    args = mine_bitext.parse_args(["--source", "first", "--target", "second", "--output-file", "-", "--quiet",
+                                   "--retrieval", retrieval, "--k", str(k), "--index", "flat"])  # fmt: skip
+    sides = [
+        mine_bitext.Side(Path(name), model.embed_raw_text(lines), np.flatnonzero([bool(s.strip()) for s in lines]))
+        for name, lines in (("first list", a), ("second list", b))
+    ]
+    src, tgt, score = mine_bitext.mine(*sides, args)
+    found = dict(zip(src.tolist(), zip(tgt.tolist(), score.tolist(), strict=True), strict=True))
+    return [
+        (i + 1, a[i], b[found[i][0]] if i in found else "", found.get(i, (0, -np.inf))[1])
+        for i in sides[0].rows.tolist()
+    ]
+
+
+# ----------------------------------------------------------------------------- the page
+
+
+def build_app(
+    model_name: str = "default", corpus: str | os.PathLike = EXAMPLE_CORPUS, max_lines: int = MAX_CORPUS_LINES
+):
+    """The page: a model choice and three tabs, each a thin layer over the functions above."""
+    import gradio as gr  # the `demo` extra, needed only to serve the page
+
+    def failed(e: Exception) -> str:
+        return f"**Error:** {e}" if isinstance(e, Error) else "**Error:** out of memory: try a smaller input"
+
+    def on_similarity(name: str, a: str, b: str):
+        try:
+            score, pieces_a, pieces_b, note = similarity(get_model(name), a, b)
+            return f"{score:.4f}", spaced(pieces_a), spaced(pieces_b), note
+        except (Error, MemoryError) as e:
+            return "", [], [], failed(e)
+
+    def on_upload(name: str, upload: str | None, progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
+        try:
+            found = load_corpus(name, upload or corpus, max_lines, progress)
+            return [], f"Corpus {found.name}: {len(found.lines):,} sentences, embedded."
+        except (Error, MemoryError) as e:
+            return [], failed(e)
+
+    def on_search(name: str, upload: str | None, query: str, k: float, progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
+        try:
+            found = load_corpus(name, upload or corpus, max_lines, progress)
+            hits, ms = search(get_model(name), found, query, int(k))
+            note = unknown_note(get_model(name), [query], ["the query"])
+            summary = f"Top {len(hits)} of {len(found.lines):,} sentences in {found.name}; the query took {ms:.1f} ms."
+            return [[f"{s:.4f}", line] for s, line in hits], f"{summary} {note}"
+        except (Error, MemoryError) as e:
+            return [], failed(e)
+
+    def on_match(name: str, first: str, second: str, retrieval: str):
+        try:
+            rows = match_lists(get_model(name), first, second, retrieval)
+            table = [[i, a, b or "(no match)", f"{s:.4f}" if np.isfinite(s) else ""] for i, a, b, s in rows]
+            return table, f"{len(rows)} lines; margin: cosine over the mean cosine of both sides' 4 nearest neighbours."
+        except (Error, MemoryError) as e:
+            return [], failed(e)
+
+    theme = gr.themes.Base(font=FONTS[0], font_mono=FONTS[1])  # system fonts: nothing from Google Fonts
+    in_launch = "theme" in inspect.signature(gr.Blocks.launch).parameters  # Gradio 6 moved it to launch()
+    with gr.Blocks(
+        title="paraphrastic demo", analytics_enabled=False, **({} if in_launch else {"theme": theme})
+    ) as app:
+        gr.Markdown("## Paraphrastic sentence embeddings\nScores are cosines of averaged sentencepiece vectors. "
+                    f"Each box takes up to {MAX_CHARS:,} characters.")  # fmt: skip
+        model = gr.Dropdown(model_choices(model_name), value=model_name, label="Model", elem_id="model")
+        with gr.Tab("Similarity", id="similarity"):
+            with gr.Row():
+                a = gr.Textbox(label="Sentence 1", elem_id="sentence-1", value="A man is playing a guitar.")
+                b = gr.Textbox(label="Sentence 2", elem_id="sentence-2", value="Someone is strumming a guitar.")
+            score_button = gr.Button("Score", variant="primary", elem_id="score-button")
+            score = gr.Textbox(label="Cosine similarity", elem_id="score", interactive=False)
+            unknown = {"unknown": "red"}
+            with gr.Row():
+                pieces_a = gr.HighlightedText(label="Pieces of sentence 1", elem_id="pieces-1", color_map=unknown)
+                pieces_b = gr.HighlightedText(label="Pieces of sentence 2", elem_id="pieces-2", color_map=unknown)
+            message = gr.Markdown(elem_id="similarity-message")
+            score_button.click(
+                on_similarity, [model, a, b], [score, pieces_a, pieces_b, message], api_name="similarity"
+            )
+        with gr.Tab("Search", id="search"):
+            upload = gr.File(label=f"Corpus: UTF-8 text, one sentence per line (default: {Path(corpus).name})",
+                             type="filepath", elem_id="corpus-file")  # fmt: skip
+            with gr.Row():
+                query = gr.Textbox(label="Query", elem_id="query", value="A dog plays in the snow.", scale=4)
+                k = gr.Slider(1, 50, value=5, step=1, label="Results", elem_id="k")
+            search_button = gr.Button("Search", variant="primary", elem_id="search-button")
+            hits = gr.Dataframe(headers=["score", "sentence"], elem_id="hits", interactive=False, wrap=True)
+            message = gr.Markdown(elem_id="search-message")
+            upload.upload(on_upload, [model, upload], [hits, message], api_name="corpus")
+            search_button.click(on_search, [model, upload, query, k], [hits, message], api_name="search")
+        with gr.Tab("Translation matching", id="matching"):
+            with gr.Row():
+                first = gr.Textbox(label="First list, one sentence per line", lines=6, elem_id="first-list")
+                second = gr.Textbox(label="Second list (another language)", lines=6, elem_id="second-list")
+            retrieval = gr.Radio(["forward", "max-score", "intersect"], value="forward", label="Retrieval",
+                                 info="forward: each line's best match; max-score: one to one")  # fmt: skip
+            match_button = gr.Button("Match", variant="primary", elem_id="match-button")
+            matches = gr.Dataframe(headers=["line", "sentence", "best match", "margin"], elem_id="matches", wrap=True)
+            message = gr.Markdown(elem_id="matching-message")
+            match_button.click(on_match, [model, first, second, retrieval], [matches, message], api_name="match")
+    app.queue(max_size=64, default_concurrency_limit=2)  # more requests wait their turn, up to 64
+    return app, ({"theme": theme} if in_launch else {})
+
+
+def parse_args(argv: list[str] | None):
+    p = cli_parser(__doc__, "paraphrastic-demo --corpus sentences.txt", prog="paraphrastic-demo")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 opens it to the network)")
+    p.add_argument("--port", type=at_least(1), default=7860, help="port to serve on")
+    p.add_argument("--corpus", default=str(EXAMPLE_CORPUS), help="the search view's corpus, one sentence per line")
+    p.add_argument(
+        "--model",
+        default="default",
+        help="model file, or a shipped model's name: default (English) or multilingual (default: %(default)s)",
+    )
+    p.add_argument("--max-corpus-lines", type=at_least(1), default=MAX_CORPUS_LINES, help="larger corpora are refused")
+    p.add_argument("--threads", type=at_least(1), help="CPU threads (default: the idle cores)")
+    return p.parse_args(argv)
+
+
+@run_cli
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.model not in SHIPPED and not Path(args.model).exists():
+        raise InputError(f"unknown model {args.model!r}: give {' or '.join(SHIPPED)}, or a model file")
+    use_threads(args.threads)
+    ALLOWED.add(args.model)
+    get_model(args.model)  # a bad model file fails here, not in the page
+    open_input(args.corpus)
+    app, options = build_app(args.model, args.corpus, args.max_corpus_lines)
+    known = inspect.signature(app.launch).parameters
+    options |= {"max_file_size": MAX_UPLOAD, "enable_monitoring": False, "show_api": False, "mcp_server": False}
+    options |= {"run_history": False}  # Gradio 6 would keep each request in the browser
+    options = {key: value for key, value in options.items() if key in known}  # what this Gradio version takes
+    app.launch(server_name=args.host, server_port=args.port, share=False, **options)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
