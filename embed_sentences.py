@@ -36,7 +36,7 @@ from paraphrastic.fileio import (
     reserve_space,
     run_cli,
 )
-from paraphrastic.models import DEFAULT_MODEL, load_model, use_threads
+from paraphrastic.models import load_model, model_path, tally_unknown, unknown_warning, use_threads
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
@@ -50,7 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "  paraphrastic-embed --concat all.npy part-0.npy ... part-(N-1).npy",
     )
     p.add_argument("--sentence-file", help="UTF-8 text, one sentence per line")
-    p.add_argument("--load-file", help="model file (default: the shipped English model)")
+    p.add_argument(
+        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
+    )
     p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
     p.add_argument("--output-file", help="output .npy, shape (lines, dim)")
     p.add_argument("--batch-size", type=at_least(1), default=8192, help="sentences per tokenize+pool step")
@@ -106,6 +108,7 @@ def embed_file(
         with tqdm(total=n, unit=" sent", disable=quiet, file=sys.stderr) as bar:
             for lines in iter_line_chunks(sentence_file, chunk_lines, strict, stats, start, stop):
                 out[row : row + len(lines)] = model.embed_raw_text(lines, batch_size)
+                tally_unknown(model, lines, stats)
                 row += len(lines)
                 bar.update(len(lines))
         if row != n:
@@ -150,7 +153,7 @@ def embed_shard(model, args: argparse.Namespace) -> dict:
         "lines": lines,
         "sentence_file": Path(args.sentence_file).name,
         "sentence_file_bytes": os.path.getsize(args.sentence_file),
-        "model_sha256": file_sha256(Path(args.load_file) if args.load_file else DEFAULT_MODEL),
+        "model_sha256": file_sha256(model_path(args.load_file)),
         "dim": model.dim,
         "dtype": args.dtype,
         "rows_sha256": file_sha256(Path(args.output_file)),  # a record vouches for these rows alone
@@ -284,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
     if stats["invalid_utf8_lines"]:
         print(f"warning: {stats['invalid_utf8_lines']} lines had invalid UTF-8, replaced by U+FFFD", file=sys.stderr)
+    if unknown := unknown_warning(model, stats):
+        print(unknown, file=sys.stderr)
     where = "" if args.shard is None else f" (shard {args.shard} of {args.num_shards})"
     print(f"wrote {stats['rows']} x {model.dim} {args.dtype} embeddings{where} to {args.output_file}", file=sys.stderr)
     return 0

@@ -1,13 +1,15 @@
-"""Evaluate a model on STS 2012-2016, STS 2017, STS Benchmark, SICK-R and Tatoeba, as in the paper.
+"""Evaluate a model on STS 2012-2016, STS 2017, STS Benchmark, SICK-R and Tatoeba, as in the paper, and on
+PUD and FLORES retrieval.
 
-    paraphrastic-evaluate --load-file model.pt --tasks sts,sts17,stsb,sick,tatoeba [--compare] [--json out.json]
+    paraphrastic-evaluate --load-file model.pt --tasks sts,sts17,stsb,sick,tatoeba,pud,flores [--compare]
 
 Protocols (Wieting et al., "Paraphrastic Representations at Scale"): the score of a pair is the cosine
 of the two sentence embeddings. STS 2012-2016 (Table 2): Pearson r x 100 per dataset, the mean over the
 datasets of each year, and "Avg." = the mean of the five year means; the later protocol, Spearman rho
 over the concatenation of each year's datasets, is reported beside it. STS 2017 (Table 3), STS
 Benchmark and SICK-R: Pearson and Spearman x 100. Tatoeba (Table 4): nearest neighbour by cosine in
-both directions, error rate x 100 per direction and their mean (LASER's index-based protocol).
+both directions, error rate x 100 per direction and their mean (LASER's index-based protocol); PUD and
+FLORES-200 devtest the same way, for the seven languages of the multilingual model.
 
 Data is read from `--data-dir` (default ../shared/data, or $PARAPHRASTIC_DATA) in either the
 `score<TAB>s1<TAB>s2` TSV layout or the organisers' raw files (STS.input.*.txt + STS.gs.*.txt,
@@ -43,7 +45,8 @@ from paraphrastic.fileio import (
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
-TASKS = ("sts", "sts17", "stsb", "sick", "tatoeba")
+TASKS = ("sts", "sts17", "stsb", "sick", "tatoeba", "pud", "flores")
+RETRIEVAL = ("tatoeba", "pud", "flores")
 
 STS_YEARS = {
     "2012": ["MSRpar", "MSRvid", "SMTeuroparl", "OnWN", "SMTnews"],
@@ -66,6 +69,13 @@ STS17_TRACKS = {
 STSB_SPLITS = {"dev": "dev", "test": "test"}
 SICK_SPLITS = {"trial": "trial", "test": "test_annotated"}
 DEFAULT_LANGS = ["ara", "deu", "spa", "fra", "rus", "tur", "cmn"]
+PUD_CODES = {"cmn": "zho"}  # PUD's Chinese (traditional characters) is named zho
+FLORES_CODES = {  # Tatoeba's language codes -> FLORES-200 file names (Chinese: simplified)
+    **{c: f"{c}_Latn" for c in ("deu", "spa", "fra", "tur")},
+    "ara": "arb_Arab",
+    "rus": "rus_Cyrl",
+    "cmn": "zho_Hans",
+}
 FAISS_MIN_KEYS = 100_000  # exact search in torch below this many sentences a side; faiss (when installed) above
 
 PAPER_SP = {  # the paper's published figures for the SP model
@@ -73,6 +83,11 @@ PAPER_SP = {  # the paper's published figures for the SP model
     "sts17": {"ar-ar": 76.2, "ar-en": 78.3, "es-es": 85.8, "es-en": 78.4, "tr-en": 79.2},
     "tatoeba": {"ara": 8.8, "deu": 1.5, "spa": 2.4, "fra": 5.4, "rus": 5.6, "tur": 1.4},
 }
+MULTILINGUAL_NOTE = (
+    "the paper's figures are of an English SP model and of one bilingual model per language, not of one model "
+    "for many languages, so --compare does not print them beside this multilingual model; its model card "
+    "(data/models/README.md) sets them side by side with that caveat"
+)
 
 
 # ----------------------------------------------------------------------------- reading pairs
@@ -253,6 +268,19 @@ def tatoeba_files(root: Path, lang: str) -> tuple[Path, Path] | None:
     return None
 
 
+def retrieval_files(root: Path, task: str, lang: str) -> tuple[Path, Path] | None:
+    """(xx file, eng file) of a language of a retrieval task (tatoeba, pud or flores); None when absent."""
+    if task == "tatoeba":
+        return tatoeba_files(root, lang)
+    if task == "pud":
+        code = PUD_CODES.get(lang, lang)
+        xx, eng = root / "pud" / f"{code}-eng.{code}", root / "pud" / f"{code}-eng.eng"
+    else:
+        folder = root / "flores200_devtest"
+        xx, eng = folder / f"{FLORES_CODES.get(lang, lang)}.devtest", folder / "eng_Latn.devtest"
+    return (xx, eng) if xx.is_file() and eng.is_file() else None
+
+
 def tatoeba_langs(root: Path) -> list[str]:
     """Every language with Tatoeba files under `root` (for --langs all)."""
     langs = set()
@@ -361,23 +389,24 @@ def retrieval_errors(src: np.ndarray, tgt: np.ndarray) -> tuple[float, float]:
     return 100 * float(np.mean(to_tgt != gold)), 100 * float(np.mean(to_src != gold))
 
 
-def tatoeba_pairs(xx: Path, eng: Path) -> tuple[list[str], list[str]]:
-    """The two sides of a Tatoeba language, which must have the same number of lines."""
+def parallel_lines(xx: Path, eng: Path) -> tuple[list[str], list[str]]:
+    """The two sides of a retrieval language, which must have the same number of lines."""
     left, right = read_lines(xx, strict=True), read_lines(eng, strict=True)
     if len(left) != len(right):
         raise InputError(f"{xx}: {len(left)} lines but {eng} has {len(right)}; line i must translate line i")
     return left, right
 
 
-def evaluate_tatoeba(model, root: Path, langs: list[str], batch_size: int | None = None) -> dict:
-    """Table 4: xx->eng and eng->xx error rates x 100, their mean, and the average over languages."""
+def evaluate_retrieval(model, root: Path, task: str, langs: list[str], batch_size: int | None = None) -> dict:
+    """Tatoeba (Table 4), PUD or FLORES: xx->eng and eng->xx error rates x 100, their mean, and the average
+    over languages."""
     results, missing = {}, {}
     for lang in langs:
-        files = tatoeba_files(root, lang)
+        files = retrieval_files(root, task, lang)
         if files is None:
             missing[lang] = "not found, skipped"
             continue
-        xx, eng = tatoeba_pairs(*files)
+        xx, eng = parallel_lines(*files)
         vectors, rows = embed_unique(model, xx + eng, batch_size)
         to_eng, from_eng = retrieval_errors(vectors[rows[: len(xx)]], vectors[rows[len(xx) :]])
         results[lang] = {"xx_eng": to_eng, "eng_xx": from_eng, "mean": (to_eng + from_eng) / 2, "n": len(xx)}
@@ -428,9 +457,17 @@ def report_pairs(title: str, r: dict, paper: dict | None) -> list[str]:
     return out
 
 
-def report_tatoeba(r: dict, compare: bool) -> list[str]:
-    """Table 4 block: per-language error rates, their average, then the missing languages."""
-    out = ["Tatoeba (Table 4): nearest-neighbour error rate x 100 (lower is better)"]
+RETRIEVAL_TITLES = {
+    "tatoeba": "Tatoeba (Table 4)",
+    "pud": "PUD (1,000 parallel treebank sentences a language)",
+    "flores": "FLORES-200 devtest (1,012 sentences a language)",
+}
+
+
+def report_retrieval(task: str, r: dict, compare: bool) -> list[str]:
+    """Per-language error rates, their average, then the missing languages (the paper's figures: Tatoeba)."""
+    compare = compare and task == "tatoeba"
+    out = [f"{RETRIEVAL_TITLES[task]}: nearest-neighbour error rate x 100 (lower is better)"]
     out.append(f"  {'lang':<6} {'n':>5} {'xx->eng':>8} {'eng->xx':>8} {'mean':>6}" + (" paper SP" if compare else ""))
     for lang, m in [*r["langs"].items(), ("avg", r["avg"])]:
         n = m.get("n", m.get("langs"))
@@ -452,8 +489,7 @@ def report(results: dict, compare: bool) -> str:
         blocks.append(report_pairs("STS Benchmark: Pearson / Spearman x 100", results["stsb"], None))
     if "sick" in results:
         blocks.append(report_pairs("SICK-R: Pearson / Spearman x 100", results["sick"], None))
-    if "tatoeba" in results:
-        blocks.append(report_tatoeba(results["tatoeba"], compare))
+    blocks += [report_retrieval(task, results[task], compare) for task in RETRIEVAL if task in results]
     return "\n\n".join("\n".join(b) for b in blocks)
 
 
@@ -479,8 +515,9 @@ def evaluate(
     for task in tasks:
         if task == "sts":
             results[task] = evaluate_sts(model, root, batch_size)
-        elif task == "tatoeba":
-            results[task] = evaluate_tatoeba(model, root, langs, batch_size)
+        elif task in RETRIEVAL:
+            task_langs = langs if task == "tatoeba" else [lang for lang in langs if lang in FLORES_CODES]
+            results[task] = evaluate_retrieval(model, root, task, task_langs, batch_size)
         else:
             results[task] = evaluate_pair_task(model, root, task, batch_size)
         missing = {k: v for k, v in results[task]["missing"].items() if k not in NOT_DISTRIBUTED}
@@ -492,7 +529,9 @@ def evaluate(
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options; bad --tasks or --batch-size exit through argparse."""
     p = cli_parser(__doc__, "paraphrastic-evaluate --tasks sts,stsb --data-dir ../shared/data")
-    p.add_argument("--load-file", help="model file (default: the shipped default model)")
+    p.add_argument(
+        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
+    )
     p.add_argument("--sp-model", help="sentencepiece model of an original-release model file")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
     p.add_argument("--batch-size", type=at_least(1), default=8192, help="sentences per embedding batch")
@@ -535,9 +574,12 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     results = evaluate(model, args.data_dir, args.tasks, langs, args.batch_size, args.require_all)
     seconds = time.perf_counter() - start
-    if args.compare:
+    compare = args.compare and not model.config.get("multilingual")
+    if compare:
         results["paper_sp"] = PAPER_SP
-    print(report(results, args.compare))
+    print(report(results, compare))
+    if args.compare and not compare:
+        print(f"\nnote: {MULTILINGUAL_NOTE}")
     print(f"\n{model!r}; evaluated in {seconds:.1f} s")
     if args.json:
         meta = {"model": args.load_file, "data_dir": str(args.data_dir), "seconds": seconds}

@@ -68,7 +68,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--target", help="text file, one sentence per line (bitext mode, with --source)")
     p.add_argument("--paraphrase", metavar="FILE", help="mine paraphrase pairs within this one file")
     p.add_argument("--output-file", required=True, help="score<TAB>source<TAB>target lines, best first")
-    p.add_argument("--load-file", help="model file (default: the shipped English model)")
+    p.add_argument(
+        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
+    )
     p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
     p.add_argument("--criterion", choices=["margin", "cosine"], default="margin", help="how candidates are scored")
     p.add_argument(

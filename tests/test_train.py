@@ -361,3 +361,13 @@ def test_distillation_pulls_sentences_toward_their_targets(tiny_model_file, tmp_
     bad += ["--distill", tmp_path / "sentences.txt", tmp_path / "short.npy"]
     done = subprocess.run([sys.executable, str(ROOT / "train.py"), *map(str, bad)], capture_output=True, text=True)
     assert done.returncode == 2 and "short.npy: shape (50, 16), expected (200, 16)" in done.stderr
+
+
+def test_relational_loss_is_zero_when_the_batch_cosines_match_the_teachers():
+    """Only the batch's cosine matrix counts: a rotated and rescaled copy of the targets has the same one."""
+    targets = torch.randn(12, 6)
+    rotation = torch.linalg.qr(torch.randn(6, 6))[0]
+    assert train.relational_loss(3 * targets @ rotation, targets) < 1e-10
+    other = torch.randn(12, 6)
+    s, t = torch.nn.functional.normalize(other, dim=1), torch.nn.functional.normalize(targets, dim=1)
+    assert train.relational_loss(other, targets) == pytest.approx(float(((s @ s.T - t @ t.T) ** 2).mean()))

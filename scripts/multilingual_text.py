@@ -1,0 +1,88 @@
+"""Write the training text of the multilingual model into OUT_DIR, in fixed seeded orders:
+
+mono.<lang>.txt     distinct monolingual sentences of train/foreign_text (at most --max-mono per language)
+bitext.tsv          english<TAB>foreign<TAB>lang: clean bitext (no Tatoeba-Challenge, no paragraph files)
+heldout.<lang>.tsv  --heldout pairs per language cut from that bitext: a dev set, never trained on
+en.txt              the first --max-en English sentences of ENGLISH_TEXT (the English default's text)
+
+python scripts/multilingual_text.py DATA_DIR ENGLISH_TEXT OUT_DIR
+"""
+
+import argparse
+import gzip
+import itertools
+import random
+import re
+from pathlib import Path
+
+LANGS = ("ar", "de", "es", "fr", "ru", "tr", "zh")
+# bitext file names per language: the two-letter code, or NTREX's three-letter codes (both Chinese scripts)
+CODES = {
+    "ar": "ar|arb",
+    "de": "de|deu",
+    "es": "es|spa",
+    "fr": "fr|fra",
+    "ru": "ru|rus",
+    "tr": "tr|tur",
+    "zh": "zh|zho-CN|zho-TW",
+}
+
+
+def bitext_files(data: Path, lang: str) -> list[Path]:
+    """Every en-<lang> bitext file but Tatoeba-Challenge (near-duplicates of the Tatoeba test) and the
+    paragraph-long files (WMT 2024 paragraphs, XQuAD contexts)."""
+    name = re.compile(rf"en-({CODES[lang]})(\..*)?\.tsv\.gz$")
+    return [
+        p
+        for p in sorted((data / "train" / "bitext").glob("*/*.tsv.gz"))
+        if name.match(p.name) and "tatoeba" not in p.parent.name and not re.search("paragraphs|contexts", p.name)
+    ]
+
+
+def read_pairs(path: Path) -> list[tuple[str, str]]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    return [(r[0].strip(), r[1].strip()) for r in rows if len(r) >= 2 and r[0].strip() and r[1].strip()]
+
+
+def distinct(lines) -> list[str]:
+    return list(dict.fromkeys(s for s in lines if s))
+
+
+def write_lines(path: Path, lines: list[str]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(s + "\n" for s in lines), encoding="utf-8")
+    tmp.rename(path)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("data_dir", type=Path)
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--max-mono", type=int, default=200_000, help="monolingual sentences per language (200,000)")
+    p.add_argument("--max-en", type=int, default=100_000, help="English sentences (100,000)")
+    p.add_argument("--heldout", type=int, default=300, help="held-apart bitext pairs per language (300)")
+    args = p.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    train = []
+    for lang in LANGS:
+        with gzip.open(args.data_dir / "train" / "foreign_text" / f"{lang}.txt.gz", "rt", encoding="utf-8") as f:
+            mono = distinct(line.strip() for line in f)
+        random.Random(lang).shuffle(mono)
+        write_lines(args.out_dir / f"mono.{lang}.txt", mono[: args.max_mono])
+        pairs = list(dict.fromkeys(pair for path in bitext_files(args.data_dir, lang) for pair in read_pairs(path)))
+        random.Random(lang).shuffle(pairs)
+        held, rest = pairs[: args.heldout], pairs[args.heldout :]
+        held_sides = {s for pair in held for s in pair}
+        rest = [pair for pair in rest if pair[0] not in held_sides and pair[1] not in held_sides]
+        write_lines(args.out_dir / f"heldout.{lang}.tsv", [f"{en}\t{xx}" for en, xx in held])
+        train += [f"{en}\t{xx}\t{lang}" for en, xx in rest]
+        print(f"{lang}: {min(len(mono), args.max_mono)} monolingual, {len(rest)} bitext pairs, {len(held)} held out")
+    write_lines(args.out_dir / "bitext.tsv", train)
+    with gzip.open(args.data_dir / "train" / "en_text" / "enwiki_2018_articles.txt.gz", "rt", encoding="utf-8") as f:
+        english = [line.strip() for line in itertools.islice(f, args.max_en)]
+    write_lines(args.out_dir / "en.txt", english)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Train the shipped multilingual model (data/models/multilingual.pt: English, Arabic, German, Spanish, French,
+# Russian, Turkish, Chinese in one space) from ../shared/data, distilled from multilingual USE v3.
+# Resumable: a rerun skips the steps whose output exists (teacher vectors are cached by content under
+# $PARAPHRASTIC_CACHE, default ~/.cache/paraphrastic). Each step prints its time.
+#   1. text: monolingual sentences per language, clean bitext with English (no Tatoeba-Challenge), 300 held-apart
+#      pairs per language (dev), 100,000 English Wikipedia sentences (scripts/multilingual_text.py);
+#   2. a 64,000-piece unigram sentencepiece model on all of it, lowercased, raw Chinese, character coverage 0.9995;
+#   3. USE vectors of every sentence and every piece; each sentence's target is the teacher's vector of itself,
+#      except that both sides of a bitext pair get the vector of the English side; PCA to 300 fitted on 200,000
+#      targets; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
+#   4. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
+#      mega-batches of 4 x 128 pairs) plus distillation (1 - cos toward the target, 512 sentences an update) plus
+#      10 x the relational loss (the batch's cosine matrix toward the teacher's); lr 0.001, STEPS updates;
+#   5. every row minus the mean vector of 100,000 training sentences, float16; then the dev figures
+#      (scripts/multilingual_dev.py) and the test figures.
+# Needs `pip install -e .[multilingual]`. Usage: bash scripts/train_multilingual_model.sh [OUT_DIR (runs/multilingual)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data=${PARAPHRASTIC_DATA:-../shared/data}
+out=${1:-runs/multilingual}
+vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000}
+mkdir -p "$out"
+step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
+
+[ -f "$out/en.txt" ] || step text python scripts/multilingual_text.py "$data" "$out"
+if [ ! -f "$out/distill.txt" ]; then  # monolingual, then both sides of each bitext pair, then English
+  step distill-text bash -c "{ cat '$out'/mono.*.txt; cut -f2 '$out/bitext.tsv'; cut -f1 '$out/bitext.tsv'; cat '$out/en.txt'; } > '$out/distill.tmp' && mv '$out/distill.tmp' '$out/distill.txt'"
+fi
+cat "$data"/sts/en/2012-train/*.tsv > "$out/sts12-train.tsv"
+[ -f "$out/sp.model" ] || step sentencepiece python - "$out" "$vocab" <<'PY'
+import sys
+from pathlib import Path
+from paraphrastic.models import train_sentencepiece
+out, vocab = Path(sys.argv[1]), int(sys.argv[2])
+(out / "lower.txt").write_text((out / "distill.txt").read_text(encoding="utf-8").lower(), encoding="utf-8")
+(out / "sp.tmp").write_bytes(train_sentencepiece(out / "lower.txt", vocab, character_coverage=0.9995))
+(out / "sp.tmp").rename(out / "sp.model")
+PY
+[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" <<'PY'
+import sys
+from pathlib import Path
+import numpy as np, torch
+from paraphrastic.fileio import read_lines
+from paraphrastic.models import SPModel, Tokenizer
+from paraphrastic.teacher import USE_TEACHER, encode_cached, fit_pca, initial_table, load_teacher, piece_probabilities, piece_texts, save_npy
+out, dim = Path(sys.argv[1]), int(sys.argv[2])
+tokenizer = Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
+teacher = load_teacher(USE_TEACHER)
+english_sides = encode_cached(teacher, USE_TEACHER, [line.split("\t")[0] for line in read_lines(out / "bitext.tsv")])
+mono = [encode_cached(teacher, USE_TEACHER, read_lines(path)) for path in sorted(out.glob("mono.*.txt"))]
+english = encode_cached(teacher, USE_TEACHER, read_lines(out / "en.txt"))
+raw = np.concatenate([*mono, english_sides, english_sides, english])
+pieces = encode_cached(teacher, USE_TEACHER, piece_texts(tokenizer)).astype(np.float32)
+sample = np.random.default_rng(0).choice(len(raw), min(200_000, len(raw)), replace=False)
+pca = fit_pca(raw[sample].astype(np.float32), dim)
+table = initial_table(pieces, piece_probabilities(tokenizer, out / "distill.txt"), pca, 1e-3)
+config = {"source": "teacher.py", "teacher": USE_TEACHER, "sif_a": 1e-3}
+SPModel(tokenizer, torch.from_numpy(table), config).save(out / "init.pt")
+targets = np.concatenate([(raw[i : i + 100_000].astype(np.float32) - pca[0]) @ pca[1] for i in range(0, len(raw), 100_000)])
+save_npy(out / "targets.npy", targets.astype(np.float16))
+PY
+[ -f "$out/train/done" ] || step train bash -c "
+  resume=; [ -f '$out/train/resume.pt' ] && resume=--resume
+  cut -f1,2 '$out/bitext.tsv' > '$out/pairs.tsv'
+  paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume \
+    --train-file '$out/pairs.tsv' --mode bitext --margin-weight 1 --megabatch-size 4 \
+    --distill '$out/distill.txt' '$out/targets.npy' --distill-batch-size 512 --distill-relational 10 \
+    --lr 0.001 --max-steps $steps --save-every 1000 && touch '$out/train/done'"
+step center python - "$out" <<'PY'
+import sys
+from pathlib import Path
+import numpy as np
+from paraphrastic.fileio import read_lines
+from paraphrastic.models import load_model
+from paraphrastic.teacher import center_rows
+out = Path(sys.argv[1])
+model = load_model(out / "train" / "model.pt")
+lines = read_lines(out / "distill.txt")
+center_rows(model, [lines[i] for i in np.random.default_rng(0).choice(len(lines), 100_000, replace=False)])
+model.config.update(centered=True, multilingual=True, languages=["en", "ar", "de", "es", "fr", "ru", "tr", "zh"])
+model.save("data/models/multilingual.pt", half=True)
+PY
+step dev python scripts/multilingual_dev.py data/models/multilingual.pt --heldout "$out" --data-dir "$data"
+step evaluate paraphrastic-evaluate --load-file multilingual --tasks sts,sts17,stsb,tatoeba,pud,flores --json "$out/eval.json"

@@ -1,0 +1,75 @@
+"""The multilingual model: distillation across a language pair, the shipped model by name, and the warning
+an English-only model gives for text it cannot read."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, generated_sentences
+
+from paraphrastic import models, train
+
+# A made-up second language for the fixture: every Latin letter written as a Cyrillic one, so that the two
+# sides share no piece and only distillation can bring a sentence and its "translation" together.
+CIPHER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "абцдефгхийклмнопярстуввхыз")
+
+
+def test_distillation_pulls_a_foreign_side_toward_its_english_target(tmp_path):
+    english = sorted(set(generated_sentences(400, 31)))[:150]
+    foreign = [s.translate(CIPHER) for s in english]
+    (tmp_path / "text.txt").write_text("\n".join(english + foreign) + "\n")
+    sp = models.train_sentencepiece(tmp_path / "text.txt", 400, num_threads=1, character_coverage=1.0)
+    tokenizer = models.Tokenizer(sp, lowercase=True)
+    assert not any(tokenizer.unk_id in ids for ids in tokenizer.encode(foreign))
+    table = np.random.default_rng(0).standard_normal((len(tokenizer), 16)).astype(np.float32) * 0.1
+    models.SPModel(tokenizer, torch.from_numpy(table)).save(tmp_path / "init.pt")
+    targets = np.random.default_rng(1).standard_normal((len(english), 16)).astype(np.float32)
+    np.save(tmp_path / "targets.npy", np.concatenate([targets, targets]))  # both sides: the English target
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in zip(english, foreign, strict=True)))
+
+    def foreign_cosine(model_file):
+        vectors = models.load_model(model_file).embed_raw_text(foreign)
+        return float(models.cosine(vectors, targets).mean())
+
+    args = ["--train-file", tmp_path / "pairs.tsv", "--output-dir", tmp_path / "run", "--init-from"]
+    args += [tmp_path / "init.pt", "--distill", tmp_path / "text.txt", tmp_path / "targets.npy"]
+    flags = ["--margin-weight", "0", "--max-steps", "80", "--megabatch-size", "1", "--lr", "0.05"]
+    assert train.main([*map(str, args), *flags]) == 0
+    assert foreign_cosine(tmp_path / "run/model.pt") > foreign_cosine(tmp_path / "init.pt") + 0.3
+    trained = models.load_model(tmp_path / "run/model.pt")
+    similarity = trained.similarity(foreign, english)
+    assert np.mean(similarity.argmax(1) == np.arange(len(english))) > 0.5  # each finds its own English line
+
+
+@pytest.fixture(scope="module")
+def multilingual():
+    return models.load_model("multilingual")
+
+
+def test_the_multilingual_model_loads_by_name_and_reads_raw_chinese(multilingual):
+    assert multilingual.config["multilingual"] and models.model_path("multilingual").name == "multilingual.pt"
+    chinese = ["今天天气很好，我们去公园散步吧。", "他在北京大学学习计算机科学。"]
+    ids = multilingual.tokenizer.encode(chinese)
+    assert all(len(row) >= 4 and multilingual.tokenizer.unk_id not in row for row in ids)
+    assert not multilingual.mostly_unknown(chinese).any()
+    english = models.load_model()
+    assert english.mostly_unknown(chinese).all()
+
+
+def test_english_model_warns_once_on_text_it_cannot_read_and_multilingual_does_not(tmp_path):
+    lines = ["a man is playing a guitar\ta person plays the guitar"] * 3 + ["今天天气很好\tпогода хорошая"]
+    (tmp_path / "pairs.tsv").write_text("\n".join(lines) + "\n")
+    command = [
+        sys.executable,
+        str(ROOT / "score_sentence_pairs.py"),
+        "--sentence-pair-file",
+        str(tmp_path / "pairs.tsv"),
+    ]
+    english = subprocess.run([*command, "--quiet"], capture_output=True, text=True)
+    assert english.returncode == 0 and english.stdout.count("\n") == 4
+    assert english.stderr.count("warning:") == 1 and "25.0% of the sentences checked (8)" in english.stderr
+    assert "--load-file multilingual" in english.stderr
+    multi = subprocess.run([*command, "--quiet", "--load-file", "multilingual"], capture_output=True, text=True)
+    assert multi.returncode == 0 and "warning" not in multi.stderr
