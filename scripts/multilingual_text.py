@@ -15,6 +15,8 @@ import random
 import re
 from pathlib import Path
 
+from paraphrastic.fileio import atomic_output
+
 LANGS = ("ar", "de", "es", "fr", "ru", "tr", "zh")
 # bitext file names per language: the two-letter code, or NTREX's three-letter codes (both Chinese scripts)
 CODES = {
@@ -39,7 +41,8 @@ def bitext_files(data: Path, lang: str) -> list[Path]:
     ]
 
 
-def read_pairs(path: Path) -> list[tuple[str, str]]:
+def bitext_pairs(path: Path) -> list[tuple[str, str]]:
+    """The (english, foreign) pairs of a gzipped TSV, both sides stripped, pairs with an empty side dropped."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
         rows = [line.rstrip("\n").split("\t") for line in f]
     return [(r[0].strip(), r[1].strip()) for r in rows if len(r) >= 2 and r[0].strip() and r[1].strip()]
@@ -50,9 +53,8 @@ def distinct(lines) -> list[str]:
 
 
 def write_lines(path: Path, lines: list[str]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(s + "\n" for s in lines), encoding="utf-8")
-    tmp.rename(path)
+    with atomic_output(path, "w") as f:
+        f.write("".join(s + "\n" for s in lines))
 
 
 def main() -> None:
@@ -70,7 +72,7 @@ def main() -> None:
             mono = distinct(line.strip() for line in f)
         random.Random(lang).shuffle(mono)
         write_lines(args.out_dir / f"mono.{lang}.txt", mono[: args.max_mono])
-        pairs = list(dict.fromkeys(pair for path in bitext_files(args.data_dir, lang) for pair in read_pairs(path)))
+        pairs = list(dict.fromkeys(pair for path in bitext_files(args.data_dir, lang) for pair in bitext_pairs(path)))
         random.Random(lang).shuffle(pairs)
         held, rest = pairs[: args.heldout], pairs[args.heldout :]
         held_sides = {s for pair in held for s in pair}

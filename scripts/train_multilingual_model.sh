@@ -6,9 +6,9 @@
 #   1. text: monolingual sentences per language, clean bitext with English (no Tatoeba-Challenge), 300 held-apart
 #      pairs per language (dev), 100,000 English Wikipedia sentences (scripts/multilingual_text.py);
 #   2. a 64,000-piece unigram sentencepiece model on all of it, lowercased, raw Chinese, character coverage 0.9995;
-#   3. USE vectors of every sentence and every piece; each sentence's target is the teacher's vector of itself,
-#      except that both sides of a bitext pair get the vector of the English side; PCA to 300 fitted on 200,000
-#      targets; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
+#   3. USE vectors of every sentence and every piece (scripts/multilingual_targets.py); each sentence's target is
+#      the teacher's vector of itself, except that both sides of a bitext pair get the vector of the English side;
+#      PCA to 300 fitted on 200,000 targets; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
 #   4. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
 #      mega-batches of 4 x 128 pairs) plus distillation (1 - cos toward the target, 512 sentences an update) plus
 #      10 x the relational loss (the batch's cosine matrix toward the teacher's); lr 0.001, STEPS updates;
@@ -37,29 +37,7 @@ out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "sp.tmp").write_bytes(train_sentencepiece(out / "lower.txt", vocab, character_coverage=0.9995))
 (out / "sp.tmp").rename(out / "sp.model")
 PY
-[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" <<'PY'
-import sys
-from pathlib import Path
-import numpy as np, torch
-from paraphrastic.fileio import read_lines
-from paraphrastic.models import SPModel, Tokenizer
-from paraphrastic.teacher import USE_TEACHER, encode_cached, fit_pca, initial_table, load_teacher, piece_probabilities, piece_texts, save_npy
-out, dim = Path(sys.argv[1]), int(sys.argv[2])
-tokenizer = Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
-teacher = load_teacher(USE_TEACHER)
-english_sides = encode_cached(teacher, USE_TEACHER, [line.split("\t")[0] for line in read_lines(out / "bitext.tsv")])
-mono = [encode_cached(teacher, USE_TEACHER, read_lines(path)) for path in sorted(out.glob("mono.*.txt"))]
-english = encode_cached(teacher, USE_TEACHER, read_lines(out / "en.txt"))
-raw = np.concatenate([*mono, english_sides, english_sides, english])
-pieces = encode_cached(teacher, USE_TEACHER, piece_texts(tokenizer)).astype(np.float32)
-sample = np.random.default_rng(0).choice(len(raw), min(200_000, len(raw)), replace=False)
-pca = fit_pca(raw[sample].astype(np.float32), dim)
-table = initial_table(pieces, piece_probabilities(tokenizer, out / "distill.txt"), pca, 1e-3)
-config = {"source": "teacher.py", "teacher": USE_TEACHER, "sif_a": 1e-3}
-SPModel(tokenizer, torch.from_numpy(table), config).save(out / "init.pt")
-targets = np.concatenate([(raw[i : i + 100_000].astype(np.float32) - pca[0]) @ pca[1] for i in range(0, len(raw), 100_000)])
-save_npy(out / "targets.npy", targets.astype(np.float16))
-PY
+[ -f "$out/targets.npy" ] || step teacher python scripts/multilingual_targets.py "$out" "$out" --dim "$dim"
 [ -f "$out/train/done" ] || step train bash -c "
   resume=; [ -f '$out/train/resume.pt' ] && resume=--resume
   cut -f1,2 '$out/bitext.tsv' > '$out/pairs.tsv'
