@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from paraphrastic import distributed, evaluate
+from paraphrastic.encoders import TOKENIZERS, bag_owners, build_vocab
 from paraphrastic.fileio import (
     Error,
     InputError,
@@ -62,12 +63,9 @@ from paraphrastic.fileio import (
     split_pair,
 )
 from paraphrastic.models import (
-    TOKENIZERS,
     Model,
     SPModel,
     Tokenizer,
-    bag_owners,
-    build_vocab,
     from_checkpoint,
     load_model,
     native_bf16,

@@ -11,26 +11,26 @@ import pytest
 import torch
 from conftest import ROOT, generated_sentences
 
-from paraphrastic import models, train
+from paraphrastic import encoders, models, train
 
 WORDS = ["a", "man", "dog", "the", "runs"]
 
 
 def word_model(dim: int = 6, pooling: str = "mean") -> models.Model:
     torch.manual_seed(0)
-    tokenizer = models.WordTokenizer(WORDS)
+    tokenizer = encoders.WordTokenizer(WORDS)
     return models.Model([tokenizer], [pooling], torch.randn(len(tokenizer), dim))
 
 
 def test_word_vocabulary_keeps_the_most_frequent_types_ties_by_type():
     texts = ["B a a c", "b d a", "c c B", "e"]  # after lowercasing: a 3, b 3, c 3, d 1, e 1
-    assert models.build_vocab("word", [texts[:2], texts[2:]], max_types=4) == ["a", "b", "c", "d"]
-    assert models.build_vocab("word", [texts], max_types=2) == ["a", "b"]
-    assert models.build_vocab("word", [texts], max_types=2, lowercase=False) == ["a", "c"]  # a 3, c 3, B 2
+    assert encoders.build_vocab("word", [texts[:2], texts[2:]], max_types=4) == ["a", "b", "c", "d"]
+    assert encoders.build_vocab("word", [texts], max_types=2) == ["a", "b"]
+    assert encoders.build_vocab("word", [texts], max_types=2, lowercase=False) == ["a", "c"]  # a 3, c 3, B 2
 
 
 def test_word_tokenizer_lowercases_splits_on_whitespace_and_maps_unknown_words_to_zero():
-    tokenizer = models.WordTokenizer(WORDS)
+    tokenizer = encoders.WordTokenizer(WORDS)
     flat, lengths = tokenizer.encode_flat(["The  man\truns", "", "A cat."])
     assert lengths.tolist() == [3, 0, 2]
     assert flat.tolist() == [4, 2, 5, 1, 0]  # ids are 1 + the vocabulary index; "cat." is unknown
@@ -38,21 +38,21 @@ def test_word_tokenizer_lowercases_splits_on_whitespace_and_maps_unknown_words_t
 
 
 def test_trigrams_pad_the_sentence_with_one_space_at_each_end():
-    keys, lengths = models.trigram_keys(["ab", "", "xyz", "é😀"])
+    keys, lengths = encoders.trigram_keys(["ab", "", "xyz", "é😀"])
     assert lengths.tolist() == [2, 0, 3, 2]
-    assert [models.trigram_text(int(k)) for k in keys] == [" ab", "ab ", " xy", "xyz", "yz ", " é😀", "é😀 "]
+    assert [encoders.trigram_text(int(k)) for k in keys] == [" ab", "ab ", " xy", "xyz", "yz ", " é😀", "é😀 "]
 
 
 def test_trigram_tokenizer_vocabulary_and_unknown_trigrams():
     texts = ["ab ab", "Ab"]  # lowercased and padded: " ab ab " and " ab "
-    vocab = models.build_vocab("trigram", [texts], max_types=2)
+    vocab = encoders.build_vocab("trigram", [texts], max_types=2)
     assert vocab == [" ab", "ab "]  # 3 times each; "b a" once
-    tokenizer = models.TrigramTokenizer(vocab)
+    tokenizer = encoders.TrigramTokenizer(vocab)
     flat, lengths = tokenizer.encode_flat(["AB", "abc", ""])
     assert lengths.tolist() == [2, 3, 0]
     assert flat.tolist() == [1, 2, 1, 0, 0]  # " ab" "ab " | " ab" "abc"(unknown) "bc "(unknown)
     with pytest.raises(models.ModelError, match="three characters"):
-        models.TrigramTokenizer(["abcd"])
+        encoders.TrigramTokenizer(["abcd"])
 
 
 def test_word_average_is_the_mean_of_the_word_rows_and_unknown_or_empty_use_row_zero():
@@ -130,7 +130,7 @@ def test_gran_hears_word_order_and_avg_does_not():
 @pytest.mark.parametrize("combine", ["add", "concat"])
 def test_combined_parts_are_added_or_concatenated(sp_bytes, combine):
     sp = models.Tokenizer(sp_bytes, lowercase=True)
-    word, trigram = models.WordTokenizer(WORDS), models.TrigramTokenizer([" th", "the", "he "])
+    word, trigram = encoders.WordTokenizer(WORDS), encoders.TrigramTokenizer([" th", "the", "he "])
     parts = [sp, word, trigram]
     torch.manual_seed(1)
     table = torch.randn(sum(map(len, parts)), 4)
@@ -150,10 +150,10 @@ def test_combined_parts_are_added_or_concatenated(sp_bytes, combine):
 def test_interleave_and_split_parts_are_inverse():
     a = (np.array([1, 2, 3]), np.array([2, 0, 1]))
     b = (np.array([10, 11, 12, 13]), np.array([1, 2, 1]))
-    flat, lengths = models.interleave([a, b])
+    flat, lengths = encoders.interleave([a, b])
     assert flat.tolist() == [1, 2, 10, 11, 12, 3, 13] and lengths.tolist() == [3, 2, 2]
     model = models.Model(
-        [models.WordTokenizer(["x"] * 9), models.WordTokenizer(["y"] * 9)], ["mean"] * 2, torch.zeros(20, 2)
+        [encoders.WordTokenizer(["x"] * 9), encoders.WordTokenizer(["y"] * 9)], ["mean"] * 2, torch.zeros(20, 2)
     )
     ids, offsets = model.rows_and_offsets(flat, lengths)
     (i0, o0), (i1, o1) = model.split_parts(ids, offsets)
