@@ -90,11 +90,19 @@ def english_training_sentences(data: Path, skip_tatoeba: bool = True) -> list[st
     return sentences
 
 
-def center_rows(model: SPModel, sentences: list[str]) -> None:
-    """Subtract the mean vector of `sentences` from every row. A sentence vector is a mean of rows, so every
-    sentence vector is then centred (cosines no longer share one common direction); still the same averaging model."""
-    mean = model.encode(sentences).mean(0)
-    model.embedding.weight.data -= torch.from_numpy(mean).to(model.embedding.weight.dtype)
+def center_rows(model: SPModel, sentences: list[str], whiten: float = 0.0) -> None:
+    """Subtract the mean vector of `sentences` from every row, then (whiten > 0) scale each principal direction of
+    their covariance by eigenvalue ** (-whiten / 2), which evens out the few directions that dominate cosines. A
+    sentence vector is a mean of rows, so every sentence vector is transformed alike; still the same averaging model."""
+    vectors = model.encode(sentences).astype(np.float64)
+    mean = vectors.mean(0)
+    weight = model.embedding.weight.data
+    rows = weight.double() - torch.from_numpy(mean)
+    if whiten:
+        values, directions = np.linalg.eigh(np.cov(vectors, rowvar=False))
+        scale = np.clip(values, values.max() * 1e-6, None) ** (-whiten / 2)
+        rows = rows @ torch.from_numpy((directions * scale) @ directions.T)
+    weight.copy_(rows.to(weight.dtype))
 
 
 def cache_root() -> Path:

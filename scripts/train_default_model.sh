@@ -5,17 +5,20 @@
 #   1. the distillation text: the distinct English sentences of the training data (captions, ASSET, English sides of
 #      the bitext without Tatoeba-Challenge; no STS-family text), then the 1.16M Wikipedia sentences of train/en_text;
 #   2. a 48,000-piece unigram sentencepiece model on that text, lowercased;
-#   3. all-MiniLM-L6-v2 vectors of every sentence and piece (the slow step: about an hour on 2 CPU cores with bf16);
+#   3. all-MiniLM-L6-v2 vectors of every piece and of the first LABELLED sentences (640,000: the 268,011 sentences of
+#      the training data and the first 371,989 Wikipedia ones; the slow step: about an hour on 2 CPU cores of a Xeon
+#      without native bf16, where Wikipedia sentences run at about 150 a second);
 #      PCA to 256 fitted on 200,000 sentence vectors; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
 #   4. paraphrastic-train: distillation only (1 - cos toward the PCA'd teacher vector), 512 sentences per update,
 #      lr 0.001, 8000 updates; best.pt chosen on the mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train;
-#   5. every row minus the mean sentence vector of 100,000 training sentences (chosen on the same dev sets), float16.
+#   5. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose
+#      (scripts/center_model.py), float16.
 # Needs `pip install -e .[teacher]`. Usage: bash scripts/train_default_model.sh [OUT_DIR (runs/default)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-vocab=48000 dim=256
+vocab=48000 dim=256 labelled=${LABELLED:-640000}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -23,6 +26,7 @@ if [ ! -f "$out/distill.txt" ]; then
   step sentences bash -c "{ python scripts/english_sentences.py '$data'; zcat '$data'/train/en_text/enwiki_early_articles.txt.gz '$data'/train/en_text/enwiki_2018_articles.txt.gz; } > '$out/distill.tmp' && mv '$out/distill.tmp' '$out/distill.txt'"
 fi
 cat "$data"/sts/en/2012-train/*.tsv > "$out/sts12-train.tsv"
+dev=("$data/sts/2017/en-en.tsv" "$data/sts/en/stsb/dev.tsv" "$out/sts12-train.tsv")
 [ -f "$out/sp.model" ] || step sentencepiece python - "$out" "$vocab" <<'PY'
 import sys
 from pathlib import Path
@@ -32,18 +36,19 @@ out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "sp.tmp").write_bytes(train_sentencepiece(out / "lower.txt", vocab))
 (out / "sp.tmp").rename(out / "sp.model")
 PY
-[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" <<'PY'
+head -n "$labelled" "$out/distill.txt" > "$out/labelled.txt"  # the sentences the teacher labels (targets.npy's rows)
+[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" "$labelled" <<'PY'
 import sys
 from pathlib import Path
 import numpy as np, torch
 from paraphrastic.fileio import read_lines
 from paraphrastic.models import SPModel, Tokenizer
 from paraphrastic.teacher import encode_cached, fit_pca, initial_table, load_teacher, piece_probabilities, piece_texts, save_npy
-out, dim = Path(sys.argv[1]), int(sys.argv[2])
+out, dim, labelled = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 tokenizer = Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
 teacher = load_teacher("all-MiniLM-L6-v2")
 pieces = encode_cached(teacher, "all-MiniLM-L6-v2", piece_texts(tokenizer)).astype(np.float32)
-raw = encode_cached(teacher, "all-MiniLM-L6-v2", read_lines(out / "distill.txt"))
+raw = encode_cached(teacher, "all-MiniLM-L6-v2", read_lines(out / "distill.txt")[:labelled])
 sample = np.random.default_rng(0).choice(len(raw), min(200_000, len(raw)), replace=False)
 pca = fit_pca(raw[sample].astype(np.float32), dim)
 table = initial_table(pieces, piece_probabilities(tokenizer, out / "distill.txt"), pca, 1e-3)
@@ -56,18 +61,7 @@ PY
   resume=; [ -f '$out/train/resume.pt' ] && resume=--resume
   paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume \
     --train-file '$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz' --margin-weight 0 --megabatch-size 1 \
-    --distill '$out/distill.txt' '$out/targets.npy' --distill-batch-size 512 --lr 0.001 --max-steps 8000 --save-every 1000 \
-    --dev-file '$data/sts/2017/en-en.tsv' '$data/sts/en/stsb/dev.tsv' '$out/sts12-train.tsv' && touch '$out/train/done'"
-step center python - "$out" <<'PY'
-import sys
-from pathlib import Path
-from paraphrastic.fileio import read_lines
-from paraphrastic.models import load_model
-from paraphrastic.teacher import center_rows
-out = Path(sys.argv[1])
-model = load_model(out / "train" / "best.pt")
-center_rows(model, read_lines(out / "distill.txt")[:200_000:2])
-model.config["centered"] = True
-model.save("data/models/default.pt", half=True)
-PY
+    --distill '$out/labelled.txt' '$out/targets.npy' --distill-batch-size 512 \
+    --lr 0.001 --max-steps 8000 --save-every 1000 --dev-file ${dev[*]} && touch '$out/train/done'"
+step center python scripts/center_model.py "$out/train/best.pt" "$out/distill.txt" data/models/default.pt --dev-file "${dev[@]}"
 step evaluate paraphrastic-evaluate --load-file data/models/default.pt --tasks sts,sts17,stsb,sick --json "$out/eval.json"

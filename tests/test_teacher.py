@@ -64,3 +64,17 @@ def test_multilingual_use_teacher_embeds_and_caches(tmp_path):
     assert similarity[0] > similarity[1]  # the German translation is nearer than an unrelated Chinese sentence
     again = teacher.encode_cached(use, teacher.USE_TEACHER, texts, cache_dir=tmp_path, shard=2)
     np.testing.assert_array_equal(again, vectors)
+
+
+@pytest.mark.parametrize("power", [0.0, 0.5, 1.0])
+def test_center_rows_centres_and_whitens_every_sentence_vector(tiny_model, power):
+    sentences = generated_sentences(300, seed=5)
+    before = tiny_model.encode(sentences).astype(np.float64)
+    teacher.center_rows(tiny_model, sentences, whiten=power)
+    after = tiny_model.encode(sentences).astype(np.float64)
+    np.testing.assert_allclose(after.mean(0), 0, atol=1e-4)
+    # A sentence vector is a mean of rows, so the transform of the rows is the transform of the vectors: the
+    # covariance's eigenvalues go from v to v ** (1 - power), its directions stay.
+    values, directions = np.linalg.eigh(np.cov(before, rowvar=False))
+    expected = (directions * values ** (1 - power)) @ directions.T
+    np.testing.assert_allclose(np.cov(after, rowvar=False), expected, atol=2e-4 * values.max())

@@ -1,0 +1,50 @@
+"""The last step of a recipe: centre a trained SP model's rows on a sample of its training sentences and whiten
+them by the power that scores best on the dev sets (mean Pearson; `teacher.center_rows`), then save it in float16.
+Only dev sets choose; the powers tried and their dev figures are printed.
+
+    python scripts/center_model.py TRAINED.pt SENTENCES.txt OUT.pt --dev-file A.tsv B.tsv ... [--powers 0 0.1 0.2]
+"""
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from paraphrastic.evaluate import score_sts_file
+from paraphrastic.fileio import read_lines
+from paraphrastic.models import load_model
+from paraphrastic.teacher import center_rows
+
+
+def dev_mean(model, dev_files: list[Path]) -> float:
+    return float(np.mean([score_sts_file(model, path)["pearson"] for path in dev_files]))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model", type=Path, help="the trained model (e.g. train/best.pt)")
+    p.add_argument("sentences", type=Path, help="training sentences, one per line; 100,000 of them are sampled")
+    p.add_argument("out", type=Path, help="where the float16 model is written")
+    p.add_argument("--dev-file", type=Path, nargs="+", required=True, help="STS dev files (tsv) that choose")
+    p.add_argument(
+        "--powers", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6], help="whitening powers"
+    )
+    args = p.parse_args()
+    lines = read_lines(args.sentences)
+    sample = [lines[i] for i in np.random.default_rng(0).choice(len(lines), min(100_000, len(lines)), replace=False)]
+    best = None
+    for power in args.powers:
+        model = load_model(args.model)
+        center_rows(model, sample, whiten=power)
+        score = dev_mean(model, args.dev_file)
+        print(f"whitening power {power}: dev mean {score:.2f}", flush=True)
+        if best is None or score > best[0]:
+            best = (score, power, model)
+    score, power, model = best
+    model.config.update(centered=True, whitening=power)
+    model.save(args.out, half=True)
+    print(f"kept power {power} (dev mean {score:.2f}): {args.out}")
+
+
+if __name__ == "__main__":
+    main()
