@@ -3,9 +3,11 @@ them by the power that scores best on the dev sets (mean Pearson; `teacher.cente
 Only dev sets choose; the powers tried and their dev figures are printed.
 
     python scripts/center_model.py TRAINED.pt SENTENCES.txt OUT.pt --dev-file A.tsv B.tsv ... [--powers 0 0.1 0.2]
+        [--config '{"multilingual": true}']
 """
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,7 @@ def main() -> None:
     p.add_argument(
         "--powers", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6], help="whitening powers"
     )
+    p.add_argument("--config", type=json.loads, default={}, help="JSON object merged into the saved model's config")
     args = p.parse_args()
     lines = read_lines(args.sentences)
     sample = [lines[i] for i in np.random.default_rng(0).choice(len(lines), min(100_000, len(lines)), replace=False)]
@@ -41,7 +44,7 @@ def main() -> None:
         if best is None or score > best[0]:
             best = (score, power, model)
     score, power, model = best
-    model.config.update(centered=True, whitening=power)
+    model.config.update(centered=True, whitening=power, **args.config)
     model.save(args.out, half=True)
     print(f"kept power {power} (dev mean {score:.2f}): {args.out}")
 

@@ -62,6 +62,6 @@ PY
   paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume \
     --train-file '$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz' --margin-weight 0 --megabatch-size 1 \
     --distill '$out/labelled.txt' '$out/targets.npy' --distill-batch-size 512 \
-    --lr 0.001 --max-steps 8000 --save-every 1000 --dev-file ${dev[*]} && touch '$out/train/done'"
+    --lr 0.001 --max-steps 8000 --save-every 1000 --dev-file $(printf "'%s' " "${dev[@]}")&& touch '$out/train/done'"
 step center python scripts/center_model.py "$out/train/best.pt" "$out/distill.txt" data/models/default.pt --dev-file "${dev[@]}"
 step evaluate paraphrastic-evaluate --load-file data/models/default.pt --tasks sts,sts17,stsb,sick --json "$out/eval.json"

@@ -12,7 +12,8 @@
 #   4. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
 #      mega-batches of 4 x 128 pairs) plus distillation (1 - cos toward the target, 512 sentences an update) plus
 #      10 x the relational loss (the batch's cosine matrix toward the teacher's); lr 0.001, STEPS updates;
-#   5. every row minus the mean vector of 100,000 training sentences, float16; then the dev figures
+#   5. every row minus the mean vector of 100,000 training sentences (scripts/center_model.py --powers 0:
+#      centred, not whitened), float16; then the dev figures
 #      (scripts/multilingual_dev.py) and the test figures.
 # Needs `pip install -e .[multilingual]`. Usage: bash scripts/train_multilingual_model.sh [OUT_DIR (runs/multilingual)]
 set -euo pipefail
@@ -45,19 +46,9 @@ PY
     --train-file '$out/pairs.tsv' --mode bitext --margin-weight 1 --megabatch-size 4 \
     --distill '$out/distill.txt' '$out/targets.npy' --distill-batch-size 512 --distill-relational 10 \
     --lr 0.001 --max-steps $steps --save-every 1000 && touch '$out/train/done'"
-step center python - "$out" <<'PY'
-import sys
-from pathlib import Path
-import numpy as np
-from paraphrastic.fileio import read_lines
-from paraphrastic.models import load_model
-from paraphrastic.teacher import center_rows
-out = Path(sys.argv[1])
-model = load_model(out / "train" / "model.pt")
-lines = read_lines(out / "distill.txt")
-center_rows(model, [lines[i] for i in np.random.default_rng(0).choice(len(lines), 100_000, replace=False)])
-model.config.update(centered=True, multilingual=True, languages=["en", "ar", "de", "es", "fr", "ru", "tr", "zh"])
-model.save("data/models/multilingual.pt", half=True)
-PY
+langs='["en", "ar", "de", "es", "fr", "ru", "tr", "zh"]'
+step center python scripts/center_model.py "$out/train/model.pt" "$out/distill.txt" data/models/multilingual.pt --powers 0 \
+  --dev-file "$data/sts/2017/en-en.tsv" "$data/sts/en/stsb/dev.tsv" "$out/sts12-train.tsv" \
+  --config "{\"multilingual\": true, \"languages\": $langs}"
 step dev python scripts/multilingual_dev.py data/models/multilingual.pt --heldout "$out" --data-dir "$data"
 step evaluate paraphrastic-evaluate --load-file multilingual --tasks sts,sts17,stsb,tatoeba,pud,flores --json "$out/eval.json"
