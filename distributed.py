@@ -2,8 +2,9 @@
 
     torchrun --standalone --nproc_per_node 2 train.py --train-file pairs.tsv --output-dir runs/ddp [--global-megabatch]
 
-train.py calls in here at a few marked points ("DDP hook"); without torchrun every hook leaves train.py as it
-was. Under torchrun with W ranks and --batch-size b:
+train.py's trainer asks one `Ranks` object (made by `join`): who writes, whether any rank was interrupted, the
+ranks' summed gradients, and this rank's share of the data. A single process gets `Ranks()`, rank 0 of 1, whose
+every answer leaves training as it was. Under torchrun with W ranks and --batch-size b:
 
 - The run's batch is B = W * b pairs: the trainer's positions, steps, mega-batches (M * B pairs) and resume state
   are those of a single process with --batch-size B. Mini-batch k of a mega-batch is its positions
@@ -32,6 +33,7 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -40,9 +42,6 @@ import torch.distributed as dist
 
 from paraphrastic.fileio import InputError
 from paraphrastic.models import resolve_device
-
-RANK, WORLD = 0, 1  # this process's rank and the number of ranks; setup() sets them under torchrun
-COMM_DEVICE = torch.device("cpu")  # where collectives' tensors live: this rank's GPU with NCCL
 
 HELP = (
     "Launched by torchrun (e.g. torchrun --standalone --nproc_per_node W train.py ...), training runs on W ranks: "
@@ -54,7 +53,7 @@ HELP = (
 )
 
 
-# ----------------------------------------------------------------------------- setup and small collectives
+# ----------------------------------------------------------------------------- the ranks
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,13 +74,136 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def setup(device: str, backend: str) -> str:
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place in the run, and the few collectives the trainer asks for: rank `rank` of `world`,
+    collectives' tensors on `comm`. Alone (no torchrun): rank 0 of 1, and every collective returns its input."""
+
+    rank: int = 0
+    world: int = 1
+    comm: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0 (and in a single process): the one process that writes outputs."""
+        return self.rank == 0
+
+    def settings(self, settings: dict) -> dict:
+        """The settings of the whole run from one rank's: the per-rank batch sizes times W, the node's cores shared
+        between its ranks. Alone: unchanged."""
+        if self.world == 1:
+            return settings
+        settings = settings | {"world_size": self.world, "batch_size": settings["batch_size"] * self.world}
+        if settings["distill_batch_size"]:
+            settings["distill_batch_size"] *= self.world
+        if settings["threads"] is None:
+            settings["threads"] = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        return settings
+
+    def any(self, flag: bool) -> bool:
+        """Whether `flag` is set on any rank, so that all ranks take the same branch (a Ctrl-C that torchrun forwards
+        reaches the ranks at different moments)."""
+        if self.world == 1:
+            return flag
+        value = torch.tensor([float(flag)], device=self.comm)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item())
+
+    def main_writes(self, save: Callable[[], None]) -> None:
+        """Run `save` on rank 0 alone; the other ranks wait until its files are complete."""
+        if self.is_main:
+            save()
+        if self.world > 1:
+            dist.barrier()
+
+    @contextlib.contextmanager
+    def rank_zero_first(self, config):
+        """Run the block on rank 0 first, then on the others, with the config to use: the other ranks read the
+        sentencepiece model rank 0 trained and wrote to --output-dir instead of training their own. Alone: the
+        block, with the config."""
+        if self.world == 1:
+            yield config
+            return
+        dist.barrier()  # every rank has removed stale temporaries before rank 0 writes any
+        if not self.is_main:
+            dist.barrier()
+            trained = config.output_dir / "sp.model"
+            if config.train_file and config.sp_model is None and trained.exists():
+                config = dataclasses.replace(config, sp_model=trained)  # as rank 0 has it, resumed or not
+        yield config
+        if self.is_main:
+            dist.barrier()
+
+    def mean_(self, tensors: list[torch.Tensor]) -> None:
+        """Average tensors over the ranks in place, in one all-reduce: dense parameters' gradients (every rank passes
+        the same shapes in the same order) and the loss."""
+        if self.world == 1 or not tensors:
+            return
+        flat = torch.cat([t.reshape(-1) for t in tensors]).to(self.comm)
+        dist.all_reduce(flat)
+        flat /= self.world
+        for t, part in zip(tensors, flat.split([t.numel() for t in tensors]), strict=True):
+            t.copy_(part.view_as(t))
+
+    def gather_uneven(self, *tensors: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+        """Every rank's `tensors` in rank order. They share a first dimension whose size may differ between ranks:
+        the sizes are all-gathered first, then each tensor padded to the largest."""
+        device = tensors[0].device
+        size = torch.tensor([len(tensors[0])], device=self.comm)
+        sizes = [torch.zeros_like(size) for _ in range(self.world)]
+        dist.all_gather(sizes, size)
+        sizes = [int(s) for s in sizes]
+        gathered = []
+        for t in tensors:
+            padded = t.new_zeros((max(sizes), *t.shape[1:]), device=self.comm)
+            padded[: len(t)] = t
+            parts = [torch.empty_like(padded) for _ in range(self.world)]
+            dist.all_gather(parts, padded)
+            gathered.append([p[:n].to(device) for p, n in zip(parts, sizes, strict=True)])
+        return list(zip(*gathered, strict=True))
+
+    def sum_rows(
+        self, rows: torch.Tensor, grad: torch.Tensor, loss: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The update's global row-sparse gradient and loss, identical on every rank: the ranks' (rows, grad) summed
+        over the union of rows and divided by W, and the ranks' mean loss (each rank weighted its pairs so that both
+        are the mini-batch's). Alone: the arguments."""
+        if self.world == 1:
+            return rows, grad, loss
+        parts = self.gather_uneven(rows, grad)
+        rows, grad = merge_rows([r for r, _ in parts], [g for _, g in parts])
+        loss = loss.detach().clone()
+        self.mean_([loss])
+        return rows, grad / self.world, loss
+
+    def share(self, trainer, pair_data: type) -> None:
+        """Give a (possibly resumed) trainer this rank's share: a RankSampler for the mega-batches to come, a view of
+        the resumed mega-batch (read whole, with its saved global negatives) and of the distillation batches."""
+        if self.world == 1:
+            return
+        config = trainer.config
+        trainer.sampler = RankSampler(trainer.sampler, config.batch_size, config.global_megabatch, pair_data, self)
+        if trainer.megabatch is not None:
+            layout = Layout(config.seed, trainer.epoch, trainer.offset, trainer.megabatch.n, config.batch_size, True)
+            trainer.megabatch = RankMegaBatch(trainer.megabatch, layout, self)
+        if trainer.distill is not None:
+            trainer.distill = RankDistill(trainer.distill, self)
+
+    def view(self, megabatch, data):
+        """The trainer's freshly mined mega-batch: this rank's view of the pool mined from `data`. Alone: as is."""
+        layout = getattr(data, "layout", None)
+        return megabatch if layout is None else RankMegaBatch(megabatch, layout, self)
+
+
+ALONE = Ranks()  # a single process: rank 0 of 1
+
+
+def join(device: str, backend: str) -> tuple[Ranks, str]:
     """Join the process group described by torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-    MASTER_PORT): one GPU per local rank with NCCL, gloo on CPU. Returns the device this rank trains on.
-    Without torchrun nothing changes."""
-    global RANK, WORLD, COMM_DEVICE
+    MASTER_PORT): one GPU per local rank with NCCL, gloo on CPU. Returns this process's Ranks and the device it
+    trains on. Without torchrun: a single process on `device`."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return device
+        return ALONE, device
     resolved = resolve_device(device)
     if resolved.type == "cuda":
         resolved = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
@@ -92,99 +214,10 @@ def setup(device: str, backend: str) -> str:
         raise InputError("--dist-backend nccl needs --device cuda (NCCL moves GPU tensors); use gloo on CPU")
     dist.init_process_group(backend, device_id=resolved if backend == "nccl" else None)
     atexit.register(dist.destroy_process_group)
-    RANK, WORLD = dist.get_rank(), dist.get_world_size()
-    COMM_DEVICE = resolved if backend == "nccl" else torch.device("cpu")
-    if RANK == 0:
-        print(f"distributed: {WORLD} ranks, {backend}", flush=True)
-    return device
-
-
-def run_settings(settings: dict) -> dict:
-    """The settings of the whole run from one rank's: the per-rank batch sizes times W, the node's cores shared
-    between its ranks. Alone: unchanged."""
-    if WORLD == 1:
-        return settings
-    settings = settings | {"world_size": WORLD, "batch_size": settings["batch_size"] * WORLD}
-    if settings["distill_batch_size"]:
-        settings["distill_batch_size"] *= WORLD
-    if settings["threads"] is None:
-        settings["threads"] = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return settings
-
-
-def is_main() -> bool:
-    """True on rank 0 (and in a single process): the one process that writes outputs."""
-    return RANK == 0
-
-
-def any_rank(flag: bool) -> bool:
-    """Whether `flag` is set on any rank, so that all ranks take the same branch (a Ctrl-C that torchrun forwards
-    reaches the ranks at different moments)."""
-    if WORLD == 1:
-        return flag
-    value = torch.tensor([float(flag)], device=COMM_DEVICE)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
-
-
-def main_writes(save: Callable[[], None]) -> None:
-    """Run `save` on rank 0 alone; the other ranks wait until its files are complete."""
-    if RANK == 0:
-        save()
-    if WORLD > 1:
-        dist.barrier()
-
-
-@contextlib.contextmanager
-def rank_zero_first(config):
-    """Run the block on rank 0 first, then on the others, with the config to use: the other ranks read the
-    sentencepiece model rank 0 trained and wrote to --output-dir instead of training their own. Alone: the
-    block, with the config."""
-    if WORLD == 1:
-        yield config
-        return
-    dist.barrier()  # every rank has removed stale temporaries before rank 0 writes any
-    if RANK > 0:
-        dist.barrier()
-        trained = config.output_dir / "sp.model"
-        if config.train_file and config.sp_model is None and trained.exists():
-            config = dataclasses.replace(config, sp_model=trained)  # as rank 0 has it, resumed or not
-    yield config
-    if RANK == 0:
-        dist.barrier()
-
-
-def all_reduce_mean_(tensors: list[torch.Tensor]) -> None:
-    """Average tensors over the ranks in place, in one all-reduce: dense parameters' gradients (every rank passes
-    the same shapes in the same order) and the loss."""
-    if WORLD == 1 or not tensors:
-        return
-    flat = torch.cat([t.reshape(-1) for t in tensors]).to(COMM_DEVICE)
-    dist.all_reduce(flat)
-    flat /= WORLD
-    for t, part in zip(tensors, flat.split([t.numel() for t in tensors]), strict=True):
-        t.copy_(part.view_as(t))
-
-
-def all_gather_uneven(*tensors: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
-    """Every rank's `tensors` in rank order. They share a first dimension whose size may differ between ranks:
-    the sizes are all-gathered first, then each tensor padded to the largest."""
-    device = tensors[0].device
-    size = torch.tensor([len(tensors[0])], device=COMM_DEVICE)
-    sizes = [torch.zeros_like(size) for _ in range(WORLD)]
-    dist.all_gather(sizes, size)
-    sizes = [int(s) for s in sizes]
-    gathered = []
-    for t in tensors:
-        padded = t.new_zeros((max(sizes), *t.shape[1:]), device=COMM_DEVICE)
-        padded[: len(t)] = t
-        parts = [torch.empty_like(padded) for _ in range(WORLD)]
-        dist.all_gather(parts, padded)
-        gathered.append([p[:n].to(device) for p, n in zip(parts, sizes, strict=True)])
-    return list(zip(*gathered, strict=True))
-
-
-# ----------------------------------------------------------------------------- gradients
+    ranks = Ranks(dist.get_rank(), dist.get_world_size(), resolved if backend == "nccl" else torch.device("cpu"))
+    if ranks.is_main:
+        print(f"distributed: {ranks.world} ranks, {backend}", flush=True)
+    return ranks, device
 
 
 def merge_rows(rows: list[torch.Tensor], grads: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,21 +228,6 @@ def merge_rows(rows: list[torch.Tensor], grads: list[torch.Tensor]) -> tuple[tor
     for idx, grad in zip(inverse.split([len(r) for r in rows]), grads, strict=True):
         total.index_add_(0, idx, grad)
     return union, total
-
-
-def all_reduce_rows(
-    rows: torch.Tensor, grad: torch.Tensor, loss: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The update's global row-sparse gradient and loss, identical on every rank: the ranks' (rows, grad) summed
-    over the union of rows and divided by W, and the ranks' mean loss (each rank weighted its pairs so that both are
-    the mini-batch's). Alone: the arguments."""
-    if WORLD == 1:
-        return rows, grad, loss
-    parts = all_gather_uneven(rows, grad)
-    rows, grad = merge_rows([r for r, _ in parts], [g for _, g in parts])
-    loss = loss.detach().clone()
-    all_reduce_mean_([loss])
-    return rows, grad / WORLD, loss
 
 
 # ----------------------------------------------------------------------------- data
@@ -259,8 +277,9 @@ class RankSampler:
     """The trainer's sampler under torchrun: read() returns this rank's slices of a mega-batch or, with
     --global-megabatch, the whole mega-batch all-gathered from every rank's slices, tagged with its Layout."""
 
-    def __init__(self, sampler, batch: int, gathered: bool, pair_data: type):
+    def __init__(self, sampler, batch: int, gathered: bool, pair_data: type, ranks: Ranks):
         self.sampler, self.batch, self.gathered, self.pair_data = sampler, batch, gathered, pair_data
+        self.ranks = ranks
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -268,7 +287,7 @@ class RankSampler:
     def read(self, epoch: int, start: int, count: int):
         """The pool of the mega-batch of `count` pairs (fewer at the end of the epoch) at `start`."""
         count = min(count, len(self) - start)
-        slices = rank_slices(count, self.batch, WORLD, RANK)
+        slices = rank_slices(count, self.batch, self.ranks.world, self.ranks.rank)
         if self.gathered:
             data = self._gather(epoch, start, count)
         else:
@@ -279,18 +298,21 @@ class RankSampler:
     def _gather(self, epoch: int, start: int, count: int):
         """Every rank reads the slices it owns; all-gathered and put in epoch order they are the mega-batch."""
         empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        owned = [(lo, hi) for lo, hi, own in rank_slices(count, self.batch, WORLD, RANK) if own]
+        world, rank = self.ranks.world, self.ranks.rank
+        owned = [(lo, hi) for lo, hi, own in rank_slices(count, self.batch, world, rank) if own]
         mine = self.pair_data.concat(
             [self.pair_data(empty, empty)] + [self.sampler.read(epoch, start + lo, hi - lo) for lo, hi in owned]
         )
-        parts = [unpack_pairs(p, self.pair_data) for (p,) in all_gather_uneven(pack_pairs(mine))]
+        parts = [unpack_pairs(p, self.pair_data) for (p,) in self.ranks.gather_uneven(pack_pairs(mine))]
         positions = np.concatenate(
-            [np.arange(lo, hi) for r in range(WORLD) for lo, hi, own in rank_slices(count, self.batch, WORLD, r) if own]
+            [np.arange(lo, hi) for r in range(world) for lo, hi, own in rank_slices(count, self.batch, world, r) if own]
         )
         return self.pair_data.concat(parts).take(np.argsort(positions))
 
 
-def global_negatives(negatives: torch.Tensor, positions: np.ndarray, owned: np.ndarray, count: int) -> torch.Tensor:
+def global_negatives(
+    negatives: torch.Tensor, positions: np.ndarray, owned: np.ndarray, count: int, ranks: Ranks
+) -> torch.Tensor:
     """The negatives mined in this rank's pool as global sentence indices of the mega-batch (sources 0..count-1,
     targets count..2count-1; -1: none), all-gathered from the ranks that own them: what resume.pt records."""
     where = torch.as_tensor(positions, device=negatives.device)
@@ -298,7 +320,7 @@ def global_negatives(negatives: torch.Tensor, positions: np.ndarray, owned: np.n
     keep = torch.as_tensor(owned, device=negatives.device).repeat(2)
     mapped = torch.where(negatives >= 0, sentence[negatives.clamp_min(0)], -1)
     out = torch.full((2 * count,), -1, dtype=torch.int64, device=negatives.device)
-    for anchors, negs in all_gather_uneven(sentence[keep], mapped[keep]):
+    for anchors, negs in ranks.gather_uneven(sentence[keep], mapped[keep]):
         out[anchors] = negs
     return out
 
@@ -308,12 +330,12 @@ class RankMegaBatch:
     positions and gets this rank's slice, its validity scaled so that the ranks' mean loss is the mini-batch's
     mean loss. `negatives` are global sentence indices (for resume.pt)."""
 
-    def __init__(self, pool, layout: Layout):
-        self.pool, self.layout, self.n = pool, layout, layout.count
-        slices = rank_slices(layout.count, layout.batch, WORLD, RANK)
+    def __init__(self, pool, layout: Layout, ranks: Ranks):
+        self.pool, self.layout, self.n, self.rank = pool, layout, layout.count, ranks.rank
+        slices = rank_slices(layout.count, layout.batch, ranks.world, ranks.rank)
         sizes = [min(layout.batch, layout.count - lo) for lo in range(0, layout.count, layout.batch)]
         self.weights = [
-            (hi - lo) * WORLD / size if own else 0.0 for (lo, hi, own), size in zip(slices, sizes, strict=True)
+            (hi - lo) * ranks.world / size if own else 0.0 for (lo, hi, own), size in zip(slices, sizes, strict=True)
         ]
         if layout.gathered:
             self.ranges = [(lo, hi) for lo, hi, _ in slices]
@@ -325,51 +347,31 @@ class RankMegaBatch:
         owned = np.concatenate([np.full(hi - lo, own) for lo, hi, own in slices])
         # A pair not owned trains at weight zero on its own partner, so it touches no row its owner does not.
         pool.negatives[torch.as_tensor(~owned, device=pool.negatives.device).repeat(2)] = -1
-        self.negatives = global_negatives(pool.negatives, positions, owned, layout.count)
+        self.negatives = global_negatives(pool.negatives, positions, owned, layout.count, ranks)
 
     def minibatch(self, start: int, stop: int, one_sided: bool):
         """This rank's (ids, offsets, weighted validity) of the trainer's mini-batch [start, stop); dropout is
         seeded per rank and mini-batch, so a resumed run draws the masks the interrupted one would have."""
         k = start // self.layout.batch
         lo, hi = self.ranges[k]
-        key = [self.layout.seed, self.layout.epoch, self.layout.start + start, RANK]
+        key = [self.layout.seed, self.layout.epoch, self.layout.start + start, self.rank]
         torch.manual_seed(int(np.random.SeedSequence(key).generate_state(1)[0]))
         ids, offsets, valid = self.pool.minibatch(lo, hi, one_sided)
         return ids, offsets, [v * self.weights[k] for v in valid]
-
-
-def rank_view(megabatch, data):
-    """The trainer's mega-batch under torchrun: this rank's view of the pool mined from `data`. Alone: as is."""
-    layout = getattr(data, "layout", None)
-    return megabatch if layout is None else RankMegaBatch(megabatch, layout)
 
 
 class RankDistill:
     """This rank's contiguous slice of each distillation batch (every rank takes all of it when W does not divide
     it), so that the ranks' mean distillation loss is the batch's."""
 
-    def __init__(self, stream):
-        self.stream = stream
+    def __init__(self, stream, ranks: Ranks):
+        self.stream, self.world, self.rank = stream, ranks.world, ranks.rank
 
     def batch(self, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ids, offsets, targets = self.stream.batch(step, device)
         n = len(offsets)
-        if n % WORLD:
+        if n % self.world:
             return ids, offsets, targets
-        lo, hi = RANK * n // WORLD, (RANK + 1) * n // WORLD
+        lo, hi = self.rank * n // self.world, (self.rank + 1) * n // self.world
         end = int(offsets[hi]) if hi < n else len(ids)
         return ids[int(offsets[lo]) : end], offsets[lo:hi] - offsets[lo], targets[lo:hi]
-
-
-def attach(trainer, pair_data: type) -> None:
-    """Give a (possibly resumed) trainer this rank's share: a RankSampler for the mega-batches to come, a view of
-    the resumed mega-batch (read whole, with its saved global negatives) and of the distillation batches."""
-    if WORLD == 1:
-        return
-    config = trainer.config
-    trainer.sampler = RankSampler(trainer.sampler, config.batch_size, config.global_megabatch, pair_data)
-    if trainer.megabatch is not None:
-        layout = Layout(config.seed, trainer.epoch, trainer.offset, trainer.megabatch.n, config.batch_size, True)
-        trainer.megabatch = RankMegaBatch(trainer.megabatch, layout)
-    if trainer.distill is not None:
-        trainer.distill = RankDistill(trainer.distill)

@@ -2,7 +2,7 @@
 
 `export_folder` writes the layout model2vec saves and sentence-transformers loads as a `StaticEmbedding`:
 `model.safetensors` (key `embeddings`), `tokenizer.json`, `config.json`, `modules.json`, plus our
-`sentencepiece.model` so `import_folder` (what `load_model(folder)` calls) gets the exact tokenizer back.
+`sentencepiece.model` so `models.import_folder` (what `load_model(folder)` calls) gets the exact tokenizer back.
 The `tokenizer.json` is a `tokenizers` Unigram model converted from the sentencepiece model: lowercasing
 (when the model lowercases), sentencepiece's own precompiled normalization, its whitespace rules, and
 the "▁" word prefix. Runs of characters sentencepiece does not know become one placeholder piece that
@@ -21,25 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from paraphrastic.fileio import HelpFormatter, atomic_output, cli_parser, run_cli
-from paraphrastic.models import ModelError, SPModel, Tokenizer, checked_table, load_model
+from paraphrastic.models import CHECKED, SP_FILE, ModelError, SPModel, Tokenizer, load_model
 
 if TYPE_CHECKING:
     import tokenizers
 
 PORTABLE_CONFIG = ("encoder", "lowercase", "dim", "vocab_size")  # what an exported config.json keeps
-SP_FILE = "sentencepiece.model"
 PLACEHOLDER = "\ue000"  # a private-use character: stands for a run of unknown characters
 HIDDEN = "\ue001"  # prefixes control pieces (<s>, </s>) so no text can match them; inputs never keep it
-WEIGHT_KEYS = ("embeddings", "embedding.weight")  # model2vec's key, sentence-transformers' key
-WEIGHT_DIRS = (".", "0_StaticEmbedding")
-CHECKED = (
-    "model.safetensors",
-    "tokenizer.json",
-    SP_FILE,
-)  # the files whose checksums config.json records  # where the two libraries put model.safetensors and tokenizer.json
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
@@ -153,111 +144,6 @@ def export_folder(model: SPModel, folder: str | os.PathLike) -> Path:
         with atomic_output(folder / name) as f:
             f.write(content)
     return folder
-
-
-def check_export(folder: Path) -> None:
-    """Refuse a folder whose files do not all come from one export (one interrupted over another), by the
-    checksums our config.json records; folders from other tools carry none and pass."""
-    path = _find(folder, "config.json")
-    try:
-        sums = json.loads(path.read_text(encoding="utf-8")).get("paraphrastic", {}).get("sha256") if path else None
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
-        raise ModelError(f"{path}: not a valid config.json ({e})") from None
-    if not isinstance(sums, dict):
-        return
-    for name in CHECKED:
-        found = _find(folder, name)
-        if found is None or hashlib.sha256(found.read_bytes()).hexdigest() != sums.get(name):
-            raise ModelError(
-                f"{folder}: {name} is not the file its config.json was exported with (an interrupted export?); "
-                "export the model again"
-            )
-
-
-def _find(folder: Path, name: str) -> Path | None:
-    """`name` at the folder's root or in sentence-transformers' module subfolder."""
-    return next((p for d in WEIGHT_DIRS if (p := folder / d / name).is_file()), None)
-
-
-def is_static_folder(path: Path) -> bool:
-    """Whether `path` is a folder in one of the static-embedding layouts."""
-    return path.is_dir() and _find(path, "model.safetensors") is not None
-
-
-def _read_table(folder: Path) -> torch.Tensor:
-    """The per-token table, with model2vec's vocabulary quantization (mapping, weights) folded in."""
-    try:
-        from safetensors import SafetensorError
-        from safetensors.numpy import load_file
-    except ImportError:
-        raise ModelError(f"{folder}: reading a static-embedding folder needs `pip install .[interop]`") from None
-    path = _find(folder, "model.safetensors")
-    try:
-        tensors = load_file(path)
-    except SafetensorError as e:
-        raise ModelError(f"{path}: not a readable safetensors file, truncated or corrupt ({e})") from None
-    key = next((k for k in WEIGHT_KEYS if k in tensors), None)
-    if key is None:
-        raise ModelError(f"{folder}: model.safetensors has no {' or '.join(WEIGHT_KEYS)} tensor")
-    table = tensors[key]
-    if table.ndim != 2 or table.dtype.kind != "f" or 0 in table.shape:
-        raise ModelError(f"{path}: {key} is {table.dtype} of shape {table.shape}, expected a 2-D float table")
-    table = table.astype(np.float32)
-    if "mapping" in tensors:
-        mapping = tensors["mapping"]
-        if mapping.ndim != 1 or mapping.dtype.kind not in "iu" or ((mapping < 0) | (mapping >= len(table))).any():
-            raise ModelError(f"{path}: its mapping is not a list of rows of the {len(table)}-row table")
-        table = table[mapping.astype(np.int64)]
-    if "weights" in tensors:
-        weights = tensors["weights"]
-        if weights.shape != (len(table),) or weights.dtype.kind != "f":
-            raise ModelError(f"{path}: its weights are {weights.shape}, expected one float per row ({len(table)})")
-        table = table * weights.astype(np.float32)[:, None]
-    return checked_table(torch.from_numpy(np.ascontiguousarray(table)), path)
-
-
-def _tokenizer_json(folder: Path) -> dict:
-    path = _find(folder, "tokenizer.json")
-    if path is None:
-        raise ModelError(f"{folder}: no tokenizer.json")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelError(f"{path}: not a valid tokenizer.json ({e})") from None
-
-
-def _lowercases(spec: dict | None) -> bool:
-    """Whether a tokenizer.json normalizer (possibly a Sequence) lowercases."""
-    if not spec:
-        return False
-    return spec.get("type") == "Lowercase" or any(map(_lowercases, spec.get("normalizers", [])))
-
-
-def import_folder(folder: str | os.PathLike) -> SPModel:
-    """A static-embedding folder as an SPModel: its table, and the sentencepiece model it ships.
-
-    Only sentencepiece-based folders are supported (ours, or any whose rows are sentencepiece ids):
-    a WordPiece or BPE tokenizer.json cannot drive this toolkit's sentencepiece tokenizer.
-    """
-    folder = Path(folder)
-    if not is_static_folder(folder):
-        raise ModelError(f"{folder}: a folder, but not a static-embedding model (no model.safetensors)")
-    check_export(folder)
-    spec = _tokenizer_json(folder)
-    sp_path = _find(folder, SP_FILE)
-    if sp_path is None:
-        kind = (spec.get("model") or {}).get("type", "unknown")
-        hint = (
-            f"; if sentence-transformers re-saved an exported model, copy {SP_FILE} into it"
-            if kind == "Unigram"
-            else ""
-        )
-        raise ModelError(
-            f"{folder}: no {SP_FILE}: only static models built on a sentencepiece model can be imported, "
-            f"and this tokenizer.json is {kind}{hint}"
-        )
-    tokenizer = Tokenizer(sp_path.read_bytes(), _lowercases(spec.get("normalizer")))
-    return SPModel(tokenizer, _read_table(folder), {"source": folder.name})
 
 
 @run_cli

@@ -10,8 +10,10 @@ papers' other encoders (WORD, TRIGRAM, LSTM, BLSTM, GRAN and their combinations)
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import itertools
+import json
 import os
 import pickle
 import platform
@@ -43,6 +45,14 @@ FORMAT_VERSION = 1
 LEGACY_UNK = "UUUNKKK"  # the unknown-token row of the original toolkit's released models
 MAX_SP_BYTES = 256 << 20  # sentencepiece models of even a million pieces are a few tens of MB
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
+SP_FILE = "sentencepiece.model"
+WEIGHT_KEYS = ("embeddings", "embedding.weight")  # model2vec's key, sentence-transformers' key
+WEIGHT_DIRS = (".", "0_StaticEmbedding")
+CHECKED = (
+    "model.safetensors",
+    "tokenizer.json",
+    SP_FILE,
+)  # the files whose checksums config.json records  # where the two libraries put model.safetensors and tokenizer.json
 SHIPPED = {"default": DEFAULT_MODEL, "multilingual": DEFAULT_MODEL.with_name("multilingual.pt")}
 
 
@@ -493,6 +503,111 @@ def _unpickler_line(error: Exception, word: str) -> str | None:
     return lines[0].rstrip(".") if lines else None
 
 
+def check_export(folder: Path) -> None:
+    """Refuse a folder whose files do not all come from one export (one interrupted over another), by the
+    checksums our config.json records; folders from other tools carry none and pass."""
+    path = find_in_folder(folder, "config.json")
+    try:
+        sums = json.loads(path.read_text(encoding="utf-8")).get("paraphrastic", {}).get("sha256") if path else None
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+        raise ModelError(f"{path}: not a valid config.json ({e})") from None
+    if not isinstance(sums, dict):
+        return
+    for name in CHECKED:
+        found = find_in_folder(folder, name)
+        if found is None or hashlib.sha256(found.read_bytes()).hexdigest() != sums.get(name):
+            raise ModelError(
+                f"{folder}: {name} is not the file its config.json was exported with (an interrupted export?); "
+                "export the model again"
+            )
+
+
+def find_in_folder(folder: Path, name: str) -> Path | None:
+    """`name` at the folder's root or in sentence-transformers' module subfolder."""
+    return next((p for d in WEIGHT_DIRS if (p := folder / d / name).is_file()), None)
+
+
+def is_static_folder(path: Path) -> bool:
+    """Whether `path` is a folder in one of the static-embedding layouts."""
+    return path.is_dir() and find_in_folder(path, "model.safetensors") is not None
+
+
+def read_folder_table(folder: Path) -> torch.Tensor:
+    """The per-token table, with model2vec's vocabulary quantization (mapping, weights) folded in."""
+    try:
+        from safetensors import SafetensorError
+        from safetensors.numpy import load_file
+    except ImportError:
+        raise ModelError(f"{folder}: reading a static-embedding folder needs `pip install .[interop]`") from None
+    path = find_in_folder(folder, "model.safetensors")
+    try:
+        tensors = load_file(path)
+    except SafetensorError as e:
+        raise ModelError(f"{path}: not a readable safetensors file, truncated or corrupt ({e})") from None
+    key = next((k for k in WEIGHT_KEYS if k in tensors), None)
+    if key is None:
+        raise ModelError(f"{folder}: model.safetensors has no {' or '.join(WEIGHT_KEYS)} tensor")
+    table = tensors[key]
+    if table.ndim != 2 or table.dtype.kind != "f" or 0 in table.shape:
+        raise ModelError(f"{path}: {key} is {table.dtype} of shape {table.shape}, expected a 2-D float table")
+    table = table.astype(np.float32)
+    if "mapping" in tensors:
+        mapping = tensors["mapping"]
+        if mapping.ndim != 1 or mapping.dtype.kind not in "iu" or ((mapping < 0) | (mapping >= len(table))).any():
+            raise ModelError(f"{path}: its mapping is not a list of rows of the {len(table)}-row table")
+        table = table[mapping.astype(np.int64)]
+    if "weights" in tensors:
+        weights = tensors["weights"]
+        if weights.shape != (len(table),) or weights.dtype.kind != "f":
+            raise ModelError(f"{path}: its weights are {weights.shape}, expected one float per row ({len(table)})")
+        table = table * weights.astype(np.float32)[:, None]
+    return checked_table(torch.from_numpy(np.ascontiguousarray(table)), path)
+
+
+def _tokenizer_json(folder: Path) -> dict:
+    path = find_in_folder(folder, "tokenizer.json")
+    if path is None:
+        raise ModelError(f"{folder}: no tokenizer.json")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"{path}: not a valid tokenizer.json ({e})") from None
+
+
+def _lowercases(spec: dict | None) -> bool:
+    """Whether a tokenizer.json normalizer (possibly a Sequence) lowercases."""
+    if not spec:
+        return False
+    return spec.get("type") == "Lowercase" or any(map(_lowercases, spec.get("normalizers", [])))
+
+
+def import_folder(folder: str | os.PathLike) -> SPModel:
+    """A static-embedding folder as an SPModel: its table, and the sentencepiece model it ships.
+
+    Only sentencepiece-based folders are supported (ours, or any whose rows are sentencepiece ids):
+    a WordPiece or BPE tokenizer.json cannot drive this toolkit's sentencepiece tokenizer.
+    """
+    folder = Path(folder)
+    if not is_static_folder(folder):
+        raise ModelError(f"{folder}: a folder, but not a static-embedding model (no model.safetensors)")
+    check_export(folder)
+    spec = _tokenizer_json(folder)
+    sp_path = find_in_folder(folder, SP_FILE)
+    if sp_path is None:
+        kind = (spec.get("model") or {}).get("type", "unknown")
+        hint = (
+            f"; if sentence-transformers re-saved an exported model, copy {SP_FILE} into it"
+            if kind == "Unigram"
+            else ""
+        )
+        raise ModelError(
+            f"{folder}: no {SP_FILE}: only static models built on a sentencepiece model can be imported, "
+            f"and this tokenizer.json is {kind}{hint}"
+        )
+    tokenizer = Tokenizer(sp_path.read_bytes(), _lowercases(spec.get("normalizer")))
+    return SPModel(tokenizer, read_folder_table(folder), {"source": folder.name})
+
+
 def load_model(
     path: str | os.PathLike | None = None,
     sp_model: str | os.PathLike | None = None,
@@ -500,7 +615,7 @@ def load_model(
 ) -> Model:
     """Load a model file: our self-contained checkpoint, the original toolkit's release layout (then
     `sp_model` names its sentencepiece model), or a sentence-transformers / model2vec static-embedding
-    folder with a sentencepiece model (see interop.py). No path loads the shipped English model; the
+    folder with a sentencepiece model (import_folder; interop.py writes them). No path loads the shipped English model; the
     name "multilingual" (or "default"), when no such file exists, loads that shipped model."""
     path = model_path(path)
     if not path.exists():
@@ -509,8 +624,6 @@ def load_model(
     if not path.is_file() and not path.is_dir():
         raise ModelError(f"{path}: {NOT_REGULAR}")
     if path.is_dir():
-        from paraphrastic.interop import import_folder  # imported here: the core never needs the interop extra
-
         return import_folder(path).to(resolve_device(device)).eval()
     state = _safe_load(path)
     try:

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from paraphrastic import distributed, evaluate
+from paraphrastic.distributed import ALONE, Ranks
 from paraphrastic.encoders import TOKENIZERS, bag_owners, build_vocab
 from paraphrastic.fileio import (
     Error,
@@ -606,9 +607,14 @@ class Trainer:
     """The training loop: data position, mega-batches, updates, checkpoints and dev evaluation."""
 
     def __init__(
-        self, config: Config, model: Model, sampler: PairSampler, on_step: Callable[[Trainer], None] | None = None
+        self,
+        config: Config,
+        model: Model,
+        sampler: PairSampler,
+        on_step: Callable[[Trainer], None] | None = None,
+        ranks: Ranks = ALONE,
     ):
-        self.config, self.model, self.sampler, self.on_step = config, model, sampler, on_step
+        self.config, self.model, self.sampler, self.on_step, self.ranks = config, model, sampler, on_step, ranks
         self.out = config.output_dir
         self.device = model.device
         table = model.embedding.weight.data
@@ -691,16 +697,16 @@ class Trainer:
             unit="step",
             file=sys.stderr,
             dynamic_ncols=True,
-            disable=not distributed.is_main(),
-        )  # DDP hook: rank 0 alone shows progress
+            disable=not self.ranks.is_main,
+        )  # rank 0 alone shows progress
         window = {"loss": 0.0, "steps": 0, "pairs": 0, "time": time.perf_counter(), "saved": 0.0}
         with bar, self._sigint_saves():
-            while self.step < self.total_steps and not distributed.any_rank(self.stop_requested):  # DDP hook
+            while self.step < self.total_steps and not self.ranks.any(self.stop_requested):
                 if self.megabatch is None and not self._next_megabatch():
                     continue
                 mb = self.megabatch
                 m = math.ceil(mb.n / config.batch_size)
-                while self.inner < m and self.step < self.total_steps and not distributed.any_rank(self.stop_requested):
+                while self.inner < m and self.step < self.total_steps and not self.ranks.any(self.stop_requested):
                     lo, start = self.inner * config.batch_size, time.perf_counter()
                     loss = self.train_step(*mb.minibatch(lo, min(lo + config.batch_size, mb.n), config.one_sided))
                     self.seconds["update"] += time.perf_counter() - start
@@ -740,7 +746,7 @@ class Trainer:
         self.megabatch = MegaBatch(self.model, data, self.device)
         read = time.perf_counter()
         self.megabatch.mine(self.model, self.config.mode == "bitext", self.mine_dtype)
-        self.megabatch = distributed.rank_view(self.megabatch, data)  # DDP hook: this rank's slices, global positions
+        self.megabatch = self.ranks.view(self.megabatch, data)  # this rank's slices, in global positions
         self.seconds["read"] += read - start
         self.seconds["mine"] += time.perf_counter() - read
         return True
@@ -772,8 +778,8 @@ class Trainer:
             if self.config.distill_relational:
                 loss = loss + self.config.distill_relational * relational_loss(vectors[bags:], targets)
         loss.backward()
-        rows, grad, loss = distributed.all_reduce_rows(rows, sub.grad, loss)  # DDP hook: sum over ranks
-        distributed.all_reduce_mean_([p.grad for p in self.dense])  # DDP hook: the LSTM weights' gradients
+        rows, grad, loss = self.ranks.sum_rows(rows, sub.grad, loss)
+        self.ranks.mean_([p.grad for p in self.dense])  # the LSTM weights' gradients
         grads = [grad] + [p.grad for p in self.dense]
         if not all_finite([loss, *grads]):
             return self.non_finite(loss.item())
@@ -817,7 +823,7 @@ class Trainer:
         window.update(loss=0.0, steps=0, pairs=0, time=now, saved=self.seconds["save"])
 
     def _metrics(self, record: dict) -> None:
-        if not distributed.is_main():  # DDP hook: rank 0 alone writes metrics.jsonl
+        if not self.ranks.is_main:  # rank 0 alone writes metrics.jsonl
             return
         path = self.out / "metrics.jsonl"
         with reporting_full_disk(path, "resume.pt keeps the last checkpoint"), open(path, "a", encoding="utf-8") as f:
@@ -832,7 +838,7 @@ class Trainer:
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):  # never save a broken model
             raise self.stopped(f"the model's weights are not finite at update {self.step}")
         self.saved_at, start = self.step, time.perf_counter()
-        distributed.main_writes(self._save)  # DDP hook: rank 0 saves, the others wait
+        self.ranks.main_writes(self._save)  # rank 0 saves, the others wait
         self.seconds["save"] += time.perf_counter() - start
 
     def _save(self) -> None:
@@ -947,7 +953,9 @@ class Config:
         return plain
 
 
-def make_config(args: argparse.Namespace, device: str, state: dict | None, init: Model | None) -> Config:
+def make_config(
+    args: argparse.Namespace, device: str, state: dict | None, init: Model | None, ranks: Ranks = ALONE
+) -> Config:
     """The run's Config from the parsed arguments and the device this rank trains on: a fresh --init-from
     run takes the model's dimension and encoder, a resumed one those it recorded; LSTMs scramble 30% of
     sentences unless told otherwise."""
@@ -961,7 +969,7 @@ def make_config(args: argparse.Namespace, device: str, state: dict | None, init:
         settings["scramble_rate"] = 0.3 if lstm else 0.0
     for k in ("train_shards", "distill", "dev_file"):
         settings[k] = tuple(settings[k]) if settings[k] is not None else None
-    return Config(**distributed.run_settings(settings))
+    return Config(**ranks.settings(settings))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -1094,7 +1102,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="with --resume: accept training, distillation, tokenizer or init files other than the saved run's",
     )
     p.add_argument("--threads", type=at_least(1), default=None, help="CPU threads (default: the idle cores)")
-    distributed.add_arguments(p)  # DDP hook: --global-megabatch, --dist-backend
+    distributed.add_arguments(p)  # --global-megabatch, --dist-backend
     args = p.parse_args(argv)
     for name in ("dim", "batch_size", "megabatch_size", "epochs", "vocab_size", "log_every"):
         if getattr(args, name) < 1:
@@ -1270,14 +1278,14 @@ def main(argv: list[str] | None = None, on_step: Callable[[Trainer], None] | Non
     """Train (or resume) a model; returns the exit status. `on_step(trainer)` runs after every update
     (tests use it to interrupt or kill a run at a given step)."""
     args = parse_args(argv)
-    device = distributed.setup(args.device, args.dist_backend)  # DDP hook: join torchrun's process group
+    ranks, device = distributed.join(args.device, args.dist_backend)  # torchrun's process group, if any
     check_inputs(args)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    with lock_folder(args.output_dir) if distributed.is_main() else contextlib.nullcontext():  # one run per folder
-        return run(args, device, on_step)
+    with lock_folder(args.output_dir) if ranks.is_main else contextlib.nullcontext():  # one run per folder
+        return run(args, device, on_step, ranks)
 
 
-def run(args: argparse.Namespace, device: str, on_step: Callable[[Trainer], None] | None) -> int:
+def run(args: argparse.Namespace, device: str, on_step: Callable[[Trainer], None] | None, ranks: Ranks) -> int:
     """Set up the run in --output-dir (new, resumed or from --init-from) and train it."""
     out = args.output_dir
     for name in OUTPUTS:
@@ -1286,18 +1294,18 @@ def run(args: argparse.Namespace, device: str, on_step: Callable[[Trainer], None
     if state is None and (out / "resume.pt").exists():
         raise InputError(f"{out}: already holds a training run; pass --resume to continue it or use another directory")
     init = load_init_model(args.init_from, args.sp_model) if state is None else None
-    config = make_config(args, device, state, init)
+    config = make_config(args, device, state, init, ranks)
     if state is not None:
         check_resume_args(config, state, out)
     threads = use_threads(config.threads)
     device = resolve_device(config.device)
-    with distributed.rank_zero_first(config) as setup:  # DDP hook: rank 0 trains sentencepiece, the others reuse it
+    with ranks.rank_zero_first(config) as setup:  # rank 0 trains sentencepiece, the others reuse it
         model, source = model_and_source(setup, state, out, threads, init)
     if len(source) < 2:
         raise InputError(f"{config.train_file or config.train_shards[0]}: need at least 2 training pairs")
     torch.manual_seed(config.seed)
     model = model.to(device)
-    trainer = Trainer(config, model, PairSampler(source, config.seed), on_step)
+    trainer = Trainer(config, model, PairSampler(source, config.seed), on_step, ranks)
     if state is not None:
         try:
             trainer.load_state_dict(state)
@@ -1306,7 +1314,7 @@ def run(args: argparse.Namespace, device: str, on_step: Callable[[Trainer], None
             raise InputError(f"{out / 'resume.pt'}: damaged training state ({what}); {START_OVER}") from None
         drop_torn_line(out / "metrics.jsonl")
         tqdm.write(f"resuming from step {trainer.step} of {out}")
-    distributed.attach(trainer, PairData)  # DDP hook: this rank's share of the data from here on
+    ranks.share(trainer, PairData)  # this rank's share of the data from here on
     tqdm.write(
         f"training {len(source)} pairs: {model.kind} model, dim {model.dim}, {model.embedding.num_embeddings} rows, "
         f"batch {config.batch_size}, M up to {config.megabatch_size}, {trainer.total_steps} updates, "

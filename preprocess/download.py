@@ -21,6 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from paraphrastic.fileio import InputError, atomic_output, run_cli
+from paraphrastic.preprocess.steps import load_lid
 
 # ParaNMT-50M as released by its authors (Wieting & Gimpel 2018; the link of the paper's repository).
 PARANMT_URL = (
@@ -133,8 +134,6 @@ def lid_model(downloads: Path, local: Path | None = None) -> Path:
         return local
     path = downloads / "lid.176.bin"
     if not path.is_file():
-        from paraphrastic.preprocess.steps import load_lid
-
         tmp = fetch(LID_URL, downloads / ".lid.176.bin.unchecked")
         load_lid(tmp)  # a damaged model fails here, before it is put in place
         tmp.rename(path)

@@ -1,11 +1,7 @@
 """The benchmark suite's table and README formatting (no comparison systems needed)."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 run = pytest.importorskip("run")
 
 

@@ -123,7 +123,7 @@ def test_merge_rows_sums_into_the_union_of_rows():
     torch.testing.assert_close(total, dense[union])
 
 
-def test_distillation_batch_is_split_between_ranks(monkeypatch):
+def test_distillation_batch_is_split_between_ranks():
     class Stream:
         def batch(self, step, device):
             lengths = torch.tensor([2, 1, 3, 2])
@@ -131,9 +131,7 @@ def test_distillation_batch_is_split_between_ranks(monkeypatch):
 
     parts = []
     for rank in (0, 1):
-        monkeypatch.setattr(distributed, "RANK", rank)
-        monkeypatch.setattr(distributed, "WORLD", 2)
-        parts.append(distributed.RankDistill(Stream()).batch(0, torch.device("cpu")))
+        parts.append(distributed.RankDistill(Stream(), distributed.Ranks(rank, 2)).batch(0, torch.device("cpu")))
     assert [p[0].tolist() for p in parts] == [[0, 1, 2], [3, 4, 5, 6, 7]]
     assert [p[1].tolist() for p in parts] == [[0, 2], [0, 3]]
     assert [p[2].tolist() for p in parts] == [[0.0, 1.0], [2.0, 3.0]]
@@ -154,21 +152,21 @@ COLLECTIVES = """
 import sys, torch, torch.distributed as dist
 from paraphrastic import distributed
 dist.init_process_group("gloo")
-distributed.RANK, distributed.WORLD = r, w = dist.get_rank(), dist.get_world_size()
+ranks = distributed.Ranks(r := dist.get_rank(), dist.get_world_size())
 dense = [torch.full((2, 3), float(r)), torch.arange(4.0) * (r + 1)]
-distributed.all_reduce_mean_(dense)
+ranks.mean_(dense)
 assert torch.equal(dense[0], torch.full((2, 3), 0.5)) and torch.equal(dense[1], torch.arange(4.0) * 1.5), dense
-parts = distributed.all_gather_uneven(torch.arange(r + 2), torch.full((r + 2, 3), float(r)))
+parts = ranks.gather_uneven(torch.arange(r + 2), torch.full((r + 2, 3), float(r)))
 assert [p[0].tolist() for p in parts] == [[0, 1], [0, 1, 2]] and [p[1].shape[0] for p in parts] == [2, 3]
-rows, grad, loss = distributed.all_reduce_rows(torch.tensor([[1, 5], [5, 9]][r]), torch.ones(2, 3) * (r + 1), torch.tensor(2.0 * r))
+rows, grad, loss = ranks.sum_rows(torch.tensor([[1, 5], [5, 9]][r]), torch.ones(2, 3) * (r + 1), torch.tensor(2.0 * r))
 assert rows.tolist() == [1, 5, 9] and grad[:, 0].tolist() == [0.5, 1.5, 1.0] and loss.item() == 1.0, (rows, grad, loss)
-assert distributed.any_rank(r == 1) and not distributed.any_rank(False)
+assert ranks.any(r == 1) and not ranks.any(False)
 dist.destroy_process_group()
 """
 
 
 def test_collectives_on_two_ranks(tmp_path):
-    """The helpers train.py's hooks use, on 2 gloo ranks: mean of dense tensors, uneven all-gather, the row-sparse
+    """The collectives the trainer asks its Ranks for, on 2 gloo ranks: mean of dense tensors, uneven all-gather, the row-sparse
     sum over the union of rows with the mean loss, and the stop consensus."""
     (tmp_path / "worker.py").write_text(COLLECTIVES)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
