@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from paraphrastic.fileio import InputError
-from paraphrastic.models import resolve_device
+from paraphrastic.models import Bags, resolve_device
 
 HELP = (
     "Launched by torchrun (e.g. torchrun --standalone --nproc_per_node W train.py ...), training runs on W ranks: "
@@ -350,14 +350,14 @@ class RankMegaBatch:
         self.negatives = global_negatives(pool.negatives, positions, owned, layout.count, ranks)
 
     def minibatch(self, start: int, stop: int, one_sided: bool):
-        """This rank's (ids, offsets, weighted validity) of the trainer's mini-batch [start, stop); dropout is
+        """This rank's (bags, weighted validity) of the trainer's mini-batch [start, stop); dropout is
         seeded per rank and mini-batch, so a resumed run draws the masks the interrupted one would have."""
         k = start // self.layout.batch
         lo, hi = self.ranges[k]
         key = [self.layout.seed, self.layout.epoch, self.layout.start + start, self.rank]
         torch.manual_seed(int(np.random.SeedSequence(key).generate_state(1)[0]))
-        ids, offsets, valid = self.pool.minibatch(lo, hi, one_sided)
-        return ids, offsets, [v * self.weights[k] for v in valid]
+        bags, valid = self.pool.minibatch(lo, hi, one_sided)
+        return bags, [v * self.weights[k] for v in valid]
 
 
 class RankDistill:
@@ -367,11 +367,10 @@ class RankDistill:
     def __init__(self, stream, ranks: Ranks):
         self.stream, self.world, self.rank = stream, ranks.world, ranks.rank
 
-    def batch(self, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ids, offsets, targets = self.stream.batch(step, device)
-        n = len(offsets)
+    def batch(self, step: int, device: torch.device) -> tuple[Bags, torch.Tensor]:
+        bags, targets = self.stream.batch(step, device)
+        n = len(bags.offsets)
         if n % self.world:
-            return ids, offsets, targets
+            return bags, targets
         lo, hi = self.rank * n // self.world, (self.rank + 1) * n // self.world
-        end = int(offsets[hi]) if hi < n else len(ids)
-        return ids[int(offsets[lo]) : end], offsets[lo:hi] - offsets[lo], targets[lo:hi]
+        return bags.slice(lo, hi), targets[lo:hi]

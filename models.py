@@ -20,6 +20,7 @@ import platform
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import sentencepiece as spm
@@ -113,6 +114,42 @@ def fill_empty(flat: np.ndarray, lengths: np.ndarray, unk: int) -> tuple[np.ndar
     return flat, lengths
 
 
+class Bags(NamedTuple):
+    """A batch of variable-length bags of table rows, the one layout every batch takes: bag i is
+    ids[offsets[i] : offsets[i + 1]] (the last runs to the end). It unpacks as the (ids, offsets) the model takes."""
+
+    ids: torch.Tensor
+    offsets: torch.Tensor
+
+    @classmethod
+    def of(cls, flat: np.ndarray, lengths: np.ndarray) -> Bags:
+        """The bags of (flat ids, per-bag lengths), the layout tokenizers and shards hand out."""
+        return cls(torch.from_numpy(flat), torch.from_numpy(offsets_of(lengths)))
+
+    def lengths(self) -> torch.Tensor:
+        return torch.diff(self.offsets, append=self.offsets.new_tensor([len(self.ids)]))
+
+    def to(self, device: torch.device) -> Bags:
+        return Bags(self.ids.to(device), self.offsets.to(device))
+
+    def slice(self, start: int, stop: int) -> Bags:
+        """Bags [start, stop)."""
+        offsets = self.offsets[start:stop]
+        end = self.offsets[stop] if stop < len(self.offsets) else len(self.ids)
+        return Bags(self.ids[offsets[0] : end], offsets - offsets[0])
+
+    def take(self, idx: torch.Tensor, lengths: torch.Tensor | None = None) -> Bags:
+        """Bags `idx`, in that order, without a Python loop (`lengths`: this batch's, when already at hand)."""
+        lens = (self.lengths() if lengths is None else lengths)[idx]
+        offsets = torch.cumsum(lens, 0) - lens
+        shift = torch.repeat_interleave(offsets - self.offsets[idx], lens)
+        return Bags(self.ids[torch.arange(len(shift), device=self.ids.device) - shift], offsets)
+
+    def cat(self, other: Bags) -> Bags:
+        """These bags, then `other`'s."""
+        return Bags(torch.cat([self.ids, other.ids]), torch.cat([self.offsets, other.offsets + len(self.ids)]))
+
+
 def mean_pool(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
     """Mean of the rows of each bag; with `dropout` > 0 (training) each gathered row is dropped out first."""
     if dropout == 0.0:
@@ -198,11 +235,11 @@ class Model(nn.Module):
             parts.append((flat + start, lengths))
         return parts[0] if len(parts) == 1 else interleave(parts)
 
-    def rows_and_offsets(self, flat: np.ndarray, lengths: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Table rows and bag offsets as tensors, from `token_ids`' output."""
-        return torch.from_numpy(flat), torch.from_numpy(offsets_of(lengths))
+    def rows_and_offsets(self, flat: np.ndarray, lengths: np.ndarray) -> Bags:
+        """The bags of `token_ids`' output."""
+        return Bags.of(flat, lengths)
 
-    def ids_and_offsets(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def ids_and_offsets(self, texts: Sequence[str]) -> Bags:
         """Tokenize a batch into (table rows, bag offsets)."""
         return self.rows_and_offsets(*self.token_ids(texts, num_threads=torch.get_num_threads()))
 
@@ -331,7 +368,7 @@ class SPModel(Model):
         """Raw sentencepiece ids (what HDF5 shards hold); `rows_and_offsets` maps them to rows."""
         return self.tokenizer.encode_flat(texts, num_threads)
 
-    def rows_and_offsets(self, flat: np.ndarray, lengths: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def rows_and_offsets(self, flat: np.ndarray, lengths: np.ndarray) -> Bags:
         """Map piece ids to rows (dropping pieces without a row); empty texts get the unknown row."""
         if self.piece_rows is not None:
             rows = self.piece_rows[flat]
@@ -339,8 +376,7 @@ class SPModel(Model):
             owner = np.repeat(np.arange(len(lengths)), lengths)
             flat = rows[keep]
             lengths = np.bincount(owner[keep], minlength=len(lengths)).astype(np.int64)
-        flat, lengths = fill_empty(flat, lengths, self.unk_row)
-        return torch.from_numpy(flat), torch.from_numpy(offsets_of(lengths))
+        return Bags.of(*fill_empty(flat, lengths, self.unk_row))
 
     def checkpoint(self, extra_config: dict | None = None, half: bool = False) -> dict:
         state = super().checkpoint(extra_config, half)

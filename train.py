@@ -64,6 +64,7 @@ from paraphrastic.fileio import (
     split_pair,
 )
 from paraphrastic.models import (
+    Bags,
     Model,
     SPModel,
     Tokenizer,
@@ -445,14 +446,6 @@ def relational_loss(vectors: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
     return (s @ s.T - t @ t.T).pow(2).mean()
 
 
-def gather_sentences(ids: torch.Tensor, offsets: torch.Tensor, lengths: torch.Tensor, idx: torch.Tensor):
-    """(ids, offsets) of sentences `idx` of a mega-batch, in that order."""
-    lens = lengths[idx]
-    new_offsets = torch.cumsum(lens, 0) - lens
-    shift = torch.repeat_interleave(new_offsets - offsets[idx], lens)
-    return ids[torch.arange(len(shift), device=ids.device) - shift], new_offsets
-
-
 def scramble(ids: torch.Tensor, offsets: torch.Tensor, rate: float) -> torch.Tensor:
     """Shuffle the token order of each bag with probability `rate` (the papers' scrambling for LSTMs)."""
     lengths, owner = bag_owners(len(ids), offsets)
@@ -551,14 +544,14 @@ class DistillStream:
         self.per_pass = max(len(self.lengths) // batch_size, 1)
         self.order: tuple[int, np.ndarray] | None = None
 
-    def batch(self, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(ids, offsets, targets) of the distillation batch that goes with update `step`."""
+    def batch(self, step: int, device: torch.device) -> tuple[Bags, torch.Tensor]:
+        """(bags, targets) of the distillation batch that goes with update `step`."""
         epoch, k = divmod(step, self.per_pass)
         if self.order is None or self.order[0] != epoch:
             self.order = (epoch, np.random.default_rng((self.seed, epoch)).permutation(len(self.lengths)))
         idx = self.order[1][k * self.batch_size : (k + 1) * self.batch_size]
-        ids, offsets = self.model.rows_and_offsets(*take_bags(self.flat, self.lengths, idx))
-        return ids.to(device), offsets.to(device), self.targets[idx].to(device)
+        bags = self.model.rows_and_offsets(*take_bags(self.flat, self.lengths, idx))
+        return bags.to(device), self.targets[idx].to(device)
 
 
 class MegaBatch:
@@ -568,33 +561,26 @@ class MegaBatch:
         self.n = len(data)
         flat = np.concatenate([data.src[0], data.tgt[0]])
         lengths = np.concatenate([data.src[1], data.tgt[1]])
-        ids, offsets = model.rows_and_offsets(flat, lengths)
-        self.ids, self.offsets = ids.to(device), offsets.to(device)
-        self.lengths = torch.diff(self.offsets, append=self.offsets.new_tensor([len(self.ids)]))
+        self.sentences = model.rows_and_offsets(flat, lengths).to(device)
+        self.lengths = self.sentences.lengths()
         self.negatives: torch.Tensor | None = None
 
     def mine(self, model: Model, bitext: bool, dtype: torch.dtype) -> None:
         """Embed every sentence without dropout and pick each one's hardest negative."""
         with torch.no_grad():
-            vectors = torch.cat([model(*self.bags(a, a + EMBED_CHUNK)) for a in range(0, 2 * self.n, EMBED_CHUNK)])
-        self.negatives = mine_hardest(vectors, sentence_groups(self.ids, self.offsets), bitext, dtype)
-
-    def bags(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(ids, offsets) of sentences [start, stop)."""
-        offsets = self.offsets[start:stop]
-        end = self.offsets[stop] if stop < len(self.offsets) else len(self.ids)
-        return self.ids[offsets[0] : end], offsets - offsets[0]
+            s = self.sentences
+            vectors = torch.cat([model(*s.slice(a, a + EMBED_CHUNK)) for a in range(0, 2 * self.n, EMBED_CHUNK)])
+        self.negatives = mine_hardest(vectors, sentence_groups(*self.sentences), bitext, dtype)
 
     def minibatch(self, start: int, stop: int, one_sided: bool):
-        """(ids, offsets, validity) of [sources, targets, negatives of sources(, negatives of targets)]."""
-        pairs = torch.arange(start, stop, device=self.ids.device)
+        """(bags, validity) of [sources, targets, negatives of sources(, negatives of targets)]."""
+        pairs = torch.arange(start, stop, device=self.lengths.device)
         anchors = [pairs] if one_sided else [pairs, pairs + self.n]
         negatives = [self.negatives[a] for a in anchors]
         partners = [(a + self.n) % (2 * self.n) for a in anchors]
         fallback = [torch.where(neg >= 0, neg, p) for neg, p in zip(negatives, partners, strict=True)]
         idx = torch.cat([pairs, pairs + self.n, *fallback])
-        ids, offsets = gather_sentences(self.ids, self.offsets, self.lengths, idx)
-        return ids, offsets, [(neg >= 0).float() for neg in negatives]
+        return self.sentences.take(idx, self.lengths), [(neg >= 0).float() for neg in negatives]
 
 
 class NonFiniteLoss(Error):
@@ -751,32 +737,32 @@ class Trainer:
         self.seconds["mine"] += time.perf_counter() - read
         return True
 
-    def train_step(self, ids: torch.Tensor, offsets: torch.Tensor, valid: list[torch.Tensor]) -> float | None:
+    def train_step(self, bags: Bags, valid: list[torch.Tensor]) -> float | None:
         """One update on a mini-batch: gather the rows it uses, pool, margin loss (plus the distillation
         loss with --distill), row-sparse gradient for the table, dense for LSTM weights."""
-        bags = len(offsets)
+        pooled = len(bags.offsets)  # the margin loss's sentences; distillation's follow them
         if self.config.scramble_rate:
-            ids = scramble(ids, offsets, self.config.scramble_rate)
+            bags = Bags(scramble(*bags, self.config.scramble_rate), bags.offsets)
         if self.distill is not None:
-            d_ids, d_offsets, targets = self.distill.batch(self.step, self.device)
-            ids, offsets = torch.cat([ids, d_ids]), torch.cat([offsets, d_offsets + len(ids)])
-        parts = self.model.split_parts(ids, offsets)
+            distilled, targets = self.distill.batch(self.step, self.device)
+            bags = bags.cat(distilled)
+        parts = self.model.split_parts(*bags)
         rows, local = torch.unique(torch.cat([p[0] for p in parts]), return_inverse=True)
         sub = self.model.embedding.weight.data.index_select(0, rows).requires_grad_()
         local_parts = zip(local.split([len(p[0]) for p in parts]), (p[1] for p in parts), strict=True)
         if self.dense_optimizer:
             self.dense_optimizer.zero_grad()
         vectors = self.model.pool_parts(sub, list(local_parts), self.config.dropout)
-        parts = vectors[:bags].split(len(valid[0]))
+        parts = vectors[:pooled].split(len(valid[0]))
         if self.config.one_sided:
             loss = margin_loss(parts[0], parts[1], parts[2], None, self.config.delta, valid[0])
         else:
             loss = margin_loss(parts[0], parts[1], parts[2], parts[3], self.config.delta, valid[0], valid[1])
         loss = self.config.margin_weight * loss
         if self.distill is not None:
-            loss = loss + self.config.distill_weight * distill_loss(vectors[bags:], targets)
+            loss = loss + self.config.distill_weight * distill_loss(vectors[pooled:], targets)
             if self.config.distill_relational:
-                loss = loss + self.config.distill_relational * relational_loss(vectors[bags:], targets)
+                loss = loss + self.config.distill_relational * relational_loss(vectors[pooled:], targets)
         loss.backward()
         rows, grad, loss = self.ranks.sum_rows(rows, sub.grad, loss)
         self.ranks.mean_([p.grad for p in self.dense])  # the LSTM weights' gradients

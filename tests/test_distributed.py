@@ -127,14 +127,14 @@ def test_distillation_batch_is_split_between_ranks():
     class Stream:
         def batch(self, step, device):
             lengths = torch.tensor([2, 1, 3, 2])
-            return torch.arange(8), torch.cumsum(lengths, 0) - lengths, torch.arange(4.0)
+            return models.Bags(torch.arange(8), torch.cumsum(lengths, 0) - lengths), torch.arange(4.0)
 
     parts = []
     for rank in (0, 1):
         parts.append(distributed.RankDistill(Stream(), distributed.Ranks(rank, 2)).batch(0, torch.device("cpu")))
-    assert [p[0].tolist() for p in parts] == [[0, 1, 2], [3, 4, 5, 6, 7]]
-    assert [p[1].tolist() for p in parts] == [[0, 2], [0, 3]]
-    assert [p[2].tolist() for p in parts] == [[0.0, 1.0], [2.0, 3.0]]
+    assert [bags.ids.tolist() for bags, _ in parts] == [[0, 1, 2], [3, 4, 5, 6, 7]]
+    assert [bags.offsets.tolist() for bags, _ in parts] == [[0, 2], [0, 3]]
+    assert [targets.tolist() for _, targets in parts] == [[0.0, 1.0], [2.0, 3.0]]
 
 
 def test_nccl_on_cpu_is_a_one_line_error(data, tmp_path, monkeypatch, capsys):

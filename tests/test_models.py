@@ -162,3 +162,20 @@ def test_original_release_layout_matches_hand_computation(sp_bytes, tmp_path):
         load_model(path)
     model.save(tmp_path / "converted.pt")
     np.testing.assert_array_equal(load_model(tmp_path / "converted.pt").embed_raw_text(texts), got)
+
+
+def test_bags_take_slice_and_cat_match_a_per_bag_reference():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 6, 12)
+    bags = models.Bags.of(rng.integers(0, 100, int(lengths.sum())), lengths)
+    rows = [bags.ids[o : o + n].tolist() for o, n in zip(bags.offsets.tolist(), lengths.tolist(), strict=True)]
+
+    def as_lists(b: models.Bags) -> list[list[int]]:
+        ends = [*b.offsets.tolist()[1:], len(b.ids)]
+        return [b.ids[o:e].tolist() for o, e in zip(b.offsets.tolist(), ends, strict=True)]
+
+    assert as_lists(bags) == rows and bags.lengths().tolist() == lengths.tolist()
+    idx = torch.tensor([7, 0, 7, 11, 3])
+    assert as_lists(bags.take(idx)) == [rows[i] for i in idx.tolist()]
+    assert as_lists(bags.slice(4, 9)) == rows[4:9] and as_lists(bags.slice(9, 12)) == rows[9:]
+    assert as_lists(bags.slice(0, 2).cat(bags.slice(10, 12))) == rows[:2] + rows[10:]
