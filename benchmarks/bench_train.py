@@ -6,7 +6,8 @@ Prints (1) the machine's fp32 matrix-product rate, measured on the mining's own 
 exact-mining bound it implies: the pairs/s of a run that did nothing but the mining products;
 (2) pairs/s of train.py with its default flags on synthetic HDF5 shards at M = 100 and M = 10,
 paraphrase and bitext pools, as a fraction of that bound, with the split of the time between
-reading, mining and updates; (3) the mining in bf16 and fp32; (4) one update with row-sparse (lazy)
+reading, mining and updates (where train.py mines in bf16, also as a fraction of the bound at the
+measured bf16 product rate, since bf16 mining can beat the fp32 bound); (3) the mining in bf16 and fp32; (4) one update with row-sparse (lazy)
 Adam and with dense Adam; (5) peak RSS of train.py on a 100k-pair and a 10M-pair shard. Synthetic
 ids (log-uniform over the vocabulary, 5-40 pieces per sentence) stand in for text; a 50k-piece
 sentencepiece word model gives the shards their checksum.
@@ -85,11 +86,11 @@ RSS_WRAPPER = (
 )
 
 
-def matmul_rate(threads: int) -> float:
-    """FLOP/s of an fp32 matrix product of the mining's block shape (MINE_CHUNK rows of both sides)."""
+def matmul_rate(threads: int, dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of a matrix product of the mining's block shape (MINE_CHUNK rows of both sides) in `dtype`."""
     torch.set_num_threads(threads)
-    a, b = torch.randn(train.MINE_CHUNK, DIM), torch.randn(train.MINE_CHUNK, DIM)
-    out = torch.empty(train.MINE_CHUNK, train.MINE_CHUNK)
+    a, b = torch.randn(train.MINE_CHUNK, DIM, dtype=dtype), torch.randn(train.MINE_CHUNK, DIM, dtype=dtype)
+    out = torch.empty(train.MINE_CHUNK, train.MINE_CHUNK, dtype=dtype)
     for _ in range(3):
         torch.mm(a, b.T, out=out)
     runs, start = 10, time.perf_counter()
@@ -106,7 +107,10 @@ def mining_bound(rate: float, m: int, bitext: bool) -> float:
     return n / (flops / rate)
 
 
-def throughput(folder: Path, shard: Path, sp_file: Path, steps: int, threads: int | None, rate: float) -> None:
+def throughput(
+    folder: Path, shard: Path, sp_file: Path, steps: int, threads: int | None, rate: float, own_rate: float | None
+) -> None:
+    """pairs/s against the fp32 bound and, when train.py mines in bf16 here, against the bound at bf16's rate."""
     for m in (M, 10):
         for mode in ("paraphrase", "bitext"):
             res = run_train(shard, sp_file, folder / f"run-{mode}-{m}", steps, threads, m, "--mode", mode)
@@ -120,6 +124,11 @@ def throughput(folder: Path, shard: Path, sp_file: Path, steps: int, threads: in
             print(
                 f"  M = {m:3d} {mode:10s}: {pairs_s:7.0f} pairs/s = {100 * pairs_s / bound:3.0f}% of the exact-mining "
                 f"bound {bound:7.0f} pairs/s (time: {split}; {steps} updates)"
+                + (
+                    f"; {100 * pairs_s / mining_bound(own_rate, m, mode == 'bitext'):.0f}% at bf16's rate"
+                    if own_rate
+                    else ""
+                )
             )
     dtype = train.mining_dtype("auto", torch.device("cpu"))
     print(f"  (train.py's default --mine-precision auto mines in {str(dtype).removeprefix('torch.')} on this CPU)")
@@ -166,7 +175,7 @@ def optimizer_steps(threads: int) -> None:
 
 
 def peak_rss(folder: Path, small: Path, big: Path, sp_file: Path, threads: int | None) -> None:
-    for label, shard in (("100k pairs", small), (f"{big.stem} pairs", big)):
+    for label, shard in (("100k pairs", small), (f"{big.stem.removesuffix('-pairs')} pairs", big)):
         res = run_train(shard, sp_file, folder / f"rss-{shard.stem}", 2 * M, threads, M)
         print(f"  {label:12s}: peak RSS {res['rss_mib']:6.0f} MiB ({2 * M} updates and the final save)")
 
@@ -182,15 +191,19 @@ def main() -> None:
     print(f"torch {torch.__version__}, {threads} threads; dim {DIM}, {VOCAB} pieces, batch {BATCH}, M = {M}")
     rate = matmul_rate(threads)
     print(f"fp32 matrix products ({train.MINE_CHUNK} x {DIM} by {DIM} x {train.MINE_CHUNK}): {rate / 1e9:.0f} GFLOP/s")
+    own_rate = None
+    if train.mining_dtype("auto", torch.device("cpu")) == torch.bfloat16:  # the bound at the precision it mines in
+        own_rate = matmul_rate(threads, torch.bfloat16)
+        print(f"bf16 matrix products (the same shape; train.py mines in bf16 here): {own_rate / 1e9:.0f} GFLOP/s")
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         folder = Path(tmp)
         sp = word_sentencepiece(folder)
         sp_file = folder / "sp.model"
         sp_file.write_bytes(sp)
-        small, big = folder / "100k.h5", folder / f"{args.big_pairs // 1_000_000}M.h5"
+        small, big = folder / "100k.h5", folder / f"{args.big_pairs:,}-pairs.h5"
         write_synthetic_shard(small, 100_000, sp)
         print("train.py throughput (HDF5 shard, default flags):")
-        throughput(folder, small, sp_file, args.steps, threads, rate)
+        throughput(folder, small, sp_file, args.steps, threads, rate, own_rate)
         print("mining one mega-batch (normalise, blocked matrix product, mask, argmax):")
         mining(threads)
         print(f"one optimizer step on the {VOCAB} x {DIM} table:")

@@ -40,6 +40,10 @@ OPUS_CORPORA = {
 }
 
 
+class NotFound(InputError):
+    """The server has no file at the address (HTTP 404)."""
+
+
 def fetch(url: str, dest: Path, sha256: str | None = None, md5: str | None = None) -> Path:
     """Download `url` to `dest` unless already there; a short, mismatched or HTML answer is an error."""
     if dest.is_file():
@@ -74,7 +78,7 @@ def fetch(url: str, dest: Path, sha256: str | None = None, md5: str | None = Non
             f.flush()
             check_archive(Path(f.name), dest, url)
     except urllib.error.HTTPError as e:
-        raise InputError(f"{url}: HTTP {e.code} {e.reason}") from None
+        raise (NotFound if e.code == 404 else InputError)(f"{url}: HTTP {e.code} {e.reason}") from None
     except urllib.error.URLError as e:
         raise InputError(f"{url}: cannot download ({e.reason}); pass a local copy instead") from None
     return dest
@@ -154,9 +158,7 @@ def opus(lang: str, downloads: Path, corpora: list[str] | None = None) -> Path:
         url = OPUS_URL.format(corpus=corpus, version=version, pair=pair)
         try:
             archive = fetch(url, downloads / "opus" / f"{corpus}-{version}.{pair}.txt.zip")
-        except InputError as e:
-            if "HTTP 404" not in str(e):
-                raise
+        except NotFound:
             print(f"[opus] {corpus} {version} has no {pair}: skipped", file=sys.stderr)
             continue
         for side in ("en", lang):

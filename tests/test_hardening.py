@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from paraphrastic import embed_sentences, evaluate, fileio, models, score_sentence_pairs, shards, train
+from paraphrastic.pairs import tokenize_pairs
 
 PROPERTY = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -482,7 +483,7 @@ def test_damaged_sentencepiece_models_name_the_file(sp_bytes, pairs_file, tmp_pa
 
 @pytest.fixture
 def shard_file(sp_bytes, pairs_file, tmp_path) -> Path:
-    source = train.tokenize_pairs(pairs_file, sp_model(sp_bytes), skip_bad=False, threads=1)
+    source = tokenize_pairs(pairs_file, sp_model(sp_bytes), skip_bad=False, threads=1)
     path = tmp_path / "good.h5"
     shards.write_shard(path, *source.read(0, len(source)), sp_bytes, lowercase=True)
     return path

@@ -467,3 +467,31 @@ def test_a_download_without_size_or_checksum_is_refused_unless_an_archive_test_c
         assert download.fetch(url, tmp_path / "dl" / "ok.bin", sha256=good).read_bytes() == b"x" * 1000
     finally:
         server.shutdown()
+
+
+def test_opus_skips_a_corpus_the_server_does_not_have_and_stops_on_other_errors(tmp_path, monkeypatch, capsys):
+    """HTTP 404 (download.NotFound) skips the corpus; any other HTTP error stops the download."""
+    import http.server
+    import threading
+
+    class Status(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(404 if "missing" in self.path else 500)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Status)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    corpus = next(iter(download.OPUS_CORPORA))
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        monkeypatch.setattr(download, "OPUS_URL", base + "/missing/{corpus}/{version}/{pair}.zip")
+        download.opus("de", tmp_path, corpora=[corpus])
+        err = capsys.readouterr().err
+        assert corpus in err and "skipped" in err
+        monkeypatch.setattr(download, "OPUS_URL", base + "/broken/{corpus}/{version}/{pair}.zip")
+        with pytest.raises(InputError, match="HTTP 500"):
+            download.opus("de", tmp_path, corpora=[corpus])
+    finally:
+        server.shutdown()

@@ -13,6 +13,7 @@ import torch
 from conftest import ROOT, generated_sentences, sp_model
 
 from paraphrastic import models, shards, train
+from paraphrastic.pairs import PairData, PairSampler, ShardSet, shard_paths, tokenize_pairs
 
 
 @pytest.fixture
@@ -161,20 +162,20 @@ def test_gradient_clipping_really_clips():
 
 
 def test_sampler_reads_each_pair_once_per_epoch_and_reshuffles(sp_bytes, pairs_file):
-    source = train.tokenize_pairs(pairs_file, sp_model(sp_bytes), skip_bad=False, threads=1)
-    sampler = train.PairSampler(source, seed=5, block=4, window=24)
+    source = tokenize_pairs(pairs_file, sp_model(sp_bytes), skip_bad=False, threads=1)
+    sampler = PairSampler(source, seed=5, block=4, window=24)
     n = len(source)
-    everything = train.PairData(*source.read(0, n))
+    everything = PairData(*source.read(0, n))
     keys = [tuple(t) for t in np.split(everything.src[0], np.cumsum(everything.src[1])[:-1])]
     orders = []
     for epoch in (0, 1):
         parts = [sampler.read(epoch, start, 13) for start in range(0, n, 13)]
-        got = train.PairData.concat(parts)
+        got = PairData.concat(parts)
         seen = [tuple(t) for t in np.split(got.src[0], np.cumsum(got.src[1])[:-1])]
         assert sorted(seen) == sorted(keys)
         orders.append(seen)
     assert orders[0] != orders[1]
-    again = train.PairSampler(source, seed=5, block=4, window=24).read(0, 20, 30)
+    again = PairSampler(source, seed=5, block=4, window=24).read(0, 20, 30)
     assert np.array_equal(again.src[0], sampler.read(0, 20, 30).src[0])
 
 
@@ -187,10 +188,10 @@ def write_shards(source, sp_bytes, folder, cut: int):
 
 
 def test_text_and_hdf5_give_the_same_batches_and_weights(sp_bytes, sp_file, pairs_file, tmp_path):
-    source = train.tokenize_pairs(pairs_file, sp_model(sp_bytes), skip_bad=False, threads=1)
+    source = tokenize_pairs(pairs_file, sp_model(sp_bytes), skip_bad=False, threads=1)
     folder = write_shards(source, sp_bytes, tmp_path / "shards", cut=117)
-    shard_set = train.ShardSet(train.shard_paths([str(folder)]), sp_bytes)
-    text, hdf5 = train.PairSampler(source, 3, block=8, window=40), train.PairSampler(shard_set, 3, block=8, window=40)
+    shard_set = ShardSet(shard_paths([str(folder)]), sp_bytes)
+    text, hdf5 = PairSampler(source, 3, block=8, window=40), PairSampler(shard_set, 3, block=8, window=40)
     for epoch, start, count in [(0, 0, 50), (0, 50, 200), (1, 7, 90), (2, 290, 64)]:
         a, b = text.read(epoch, start, count), hdf5.read(epoch, start, count)
         for side in ("src", "tgt"):
@@ -216,7 +217,7 @@ def test_shard_from_another_sentencepiece_model_is_refused(
     sp_bytes, sp_file, pairs_file, corpus_file, tmp_path, capsys
 ):
     other = models.train_sentencepiece(corpus_file, vocab_size=40, num_threads=1)
-    source = train.tokenize_pairs(pairs_file, sp_model(other), skip_bad=False, threads=1)
+    source = tokenize_pairs(pairs_file, sp_model(other), skip_bad=False, threads=1)
     folder = write_shards(source, other, tmp_path / "shards", cut=100)
     args = ["--train-shards", str(folder), "--sp-model", str(sp_file), "--output-dir", str(tmp_path / "out")]
     assert train.main(args) == 2

@@ -1,0 +1,192 @@
+"""Training pairs: read from a TSV of raw pairs (tokenized once into memory) or from HDF5 shards (one window
+at a time), and served by one seeded sampler, so that a position in an epoch names the same pair whatever the
+source and however often a run was resumed."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from paraphrastic.fileio import InputError, check_line_lengths, open_binary, open_input, split_pair
+from paraphrastic.models import Model
+from paraphrastic.shards import Shard
+
+BLOCK_PAIRS = 32  # contiguous pairs read at once: the sampler's unit of disk access
+WINDOW_PAIRS = 65536  # pairs shuffled together: a window of randomly chosen blocks
+
+
+class PairData:
+    """A block of sentence pairs: flat int64 ids and per-sentence lengths for each side."""
+
+    def __init__(self, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray]):
+        self.src, self.tgt = src, tgt
+
+    def __len__(self) -> int:
+        return len(self.src[1])
+
+    def take(self, idx: np.ndarray) -> PairData:
+        """The pairs at `idx`, in that order."""
+        return PairData(take_bags(*self.src, idx), take_bags(*self.tgt, idx))
+
+    @staticmethod
+    def concat(parts: list[PairData]) -> PairData:
+        sides = [tuple(np.concatenate([getattr(p, side)[k] for p in parts]) for k in (0, 1)) for side in ("src", "tgt")]
+        return PairData(*sides)
+
+
+def take_bags(flat: np.ndarray, lengths: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gather sentences `idx` from (flat ids, lengths) without a Python loop over sentences."""
+    starts = np.cumsum(lengths) - lengths
+    lens = lengths[idx]
+    shift = np.repeat(np.cumsum(lens) - lens - starts[idx], lens)
+    return flat[np.arange(int(lens.sum())) - shift], lens
+
+
+class MemorySource:
+    """Tokenized pairs held in memory, read like a shard: contiguous ranges of pairs."""
+
+    def __init__(self, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray]):
+        self.sides = [(ids.astype(np.int32), np.concatenate([[0], np.cumsum(lens)])) for ids, lens in (src, tgt)]
+
+    def __len__(self) -> int:
+        return len(self.sides[0][1]) - 1
+
+    def read(self, start: int, stop: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        out = []
+        for ids, offsets in self.sides:
+            off = offsets[start : stop + 1]
+            out.append((ids[off[0] : off[-1]].astype(np.int64), np.diff(off)))
+        return tuple(out)
+
+
+class ShardSet:
+    """Several HDF5 shards read as one sequence of pairs; each is checked against the sentencepiece model."""
+
+    def __init__(self, paths: list[Path], sp_model: bytes):
+        self.shards = [Shard(p, sp_model=sp_model) for p in paths]
+        self.starts = np.cumsum([0] + [len(s) for s in self.shards])
+        lowercase = {s.lowercase for s in self.shards}
+        if len(lowercase) > 1:
+            raise InputError(f"{paths[0].parent}: the shards disagree on lowercasing; encode them all the same way")
+        self.lowercase = lowercase.pop()
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def read(self, start: int, stop: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        parts = []
+        first = int(np.searchsorted(self.starts, start, side="right")) - 1
+        for k in range(first, len(self.shards)):
+            lo, hi = max(start, self.starts[k]), min(stop, self.starts[k + 1])
+            if lo >= hi:
+                break
+            parts.append(PairData(*self.shards[k].read(int(lo - self.starts[k]), int(hi - self.starts[k]))))
+        block = parts[0] if len(parts) == 1 else PairData.concat(parts)
+        return block.src, block.tgt
+
+
+class PairSampler:
+    """The seeded order of an epoch: windows of randomly chosen blocks of contiguous pairs, shuffled within.
+
+    Position `offset` in epoch `epoch` names the same pair whatever the source (memory or shards) and
+    however often the run was resumed; only the current windows are held in memory.
+    """
+
+    def __init__(self, source, seed: int, block: int = BLOCK_PAIRS, window: int = WINDOW_PAIRS):
+        self.source, self.seed, self.block = source, seed, block
+        self.blocks_per_window = max(1, window // block)
+        self.num_blocks = math.ceil(len(source) / block)
+        self._epoch = None
+        self._windows: dict[int, PairData] = {}
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def read(self, epoch: int, start: int, count: int) -> PairData:
+        """Pairs [start, start + count) of the epoch's order (fewer at the end of the epoch)."""
+        self._plan(epoch)
+        stop = min(start + count, len(self))
+        parts = []
+        while start < stop:
+            w = int(np.searchsorted(self.window_starts, start, side="right")) - 1
+            lo, hi = start - self.window_starts[w], min(stop, self.window_starts[w + 1]) - self.window_starts[w]
+            data = self._window(epoch, w)
+            parts.append(data.take(np.arange(lo, hi)))
+            start += hi - lo
+        return parts[0] if len(parts) == 1 else PairData.concat(parts)
+
+    def _plan(self, epoch: int) -> None:
+        if self._epoch == epoch:
+            return
+        self._epoch, self._windows = epoch, {}
+        self.order = np.random.default_rng([self.seed, epoch, 0]).permutation(self.num_blocks)
+        sizes = np.minimum(self.block, len(self) - self.order * self.block)
+        per_window = np.add.reduceat(sizes, np.arange(0, self.num_blocks, self.blocks_per_window))
+        self.window_starts = np.concatenate([[0], np.cumsum(per_window)])
+
+    def _window(self, epoch: int, w: int) -> PairData:
+        if w not in self._windows:
+            blocks = self.order[w * self.blocks_per_window : (w + 1) * self.blocks_per_window]
+            data = PairData.concat(
+                [PairData(*self.source.read(b * self.block, min((b + 1) * self.block, len(self)))) for b in blocks]
+            )
+            perm = np.random.default_rng([self.seed, epoch, 1, w]).permutation(len(data))
+            self._windows = {k: v for k, v in self._windows.items() if k == w - 1}
+            self._windows[w] = data.take(perm)
+        return self._windows[w]
+
+
+def iter_pairs(path: Path, skip_bad: bool, chunk_lines: int = 65536) -> Iterator[tuple[list[str], list[str]]]:
+    """Yield (sources, targets) chunks of a `s1<TAB>s2` file (.gz accepted); a bad line is an InputError."""
+    open_input(path)
+    line_no = 1
+    try:
+        with open_binary(path) as f:
+            while raw := list(itertools.islice(f, chunk_lines)):
+                check_line_lengths(raw, path, line_no)
+                src, tgt = [], []
+                for i, line in enumerate(raw):
+                    text = line.decode("utf-8", errors="replace").rstrip("\r\n")
+                    try:
+                        s, t = split_pair(text, path, line_no + i)
+                    except InputError:
+                        if skip_bad:
+                            continue
+                        raise
+                    src.append(s)
+                    tgt.append(t)
+                line_no += len(raw)
+                yield src, tgt
+    except (gzip.BadGzipFile, EOFError) as e:
+        raise InputError(f"{path}: not a readable gzip file ({e})") from None
+
+
+def tokenize_pairs(path: Path, model: Model, skip_bad: bool, threads: int) -> MemorySource:
+    """Tokenize a TSV of pairs chunk by chunk into a MemorySource of the model's token ids."""
+    sides: list[list[tuple[np.ndarray, np.ndarray]]] = [[], []]
+    for chunk in iter_pairs(path, skip_bad):
+        for side, texts in zip(sides, chunk, strict=True):
+            ids, lens = model.token_ids(texts, num_threads=threads)
+            side.append((ids.astype(np.int32), lens))
+    src, tgt = ((np.concatenate([a for a, _ in s] or [[]]), np.concatenate([b for _, b in s] or [[]])) for s in sides)
+    return MemorySource(src, tgt)
+
+
+def shard_paths(items: list[str]) -> list[Path]:
+    """Shard files named directly or found (*.h5, *.hdf5) in the directories named."""
+    paths = []
+    for item in map(Path, items):
+        if item.is_dir():
+            found = sorted(p for p in item.iterdir() if p.suffix in (".h5", ".hdf5"))
+            if not found:
+                raise InputError(f"{item}: no *.h5 or *.hdf5 shards in this directory")
+            paths += found
+        else:
+            open_input(item)
+            paths.append(item)
+    return paths
