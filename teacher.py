@@ -1,4 +1,4 @@
-"""Start an SP model from a sentence-transformers teacher (optional extra: `pip install .[teacher]`).
+"""Start an SP model from a sentence-transformers teacher, or several (optional extra: `pip install .[teacher]`).
 
 A static table can begin with what a transformer knows: every sentencepiece piece is embedded by the
 teacher, the vectors are reduced to `dim` by PCA, and each row is scaled by a frequency weight
@@ -141,6 +141,17 @@ def encode_cached(
     return out
 
 
+def encode_teachers(teachers: dict, texts: list[str], cache_dir: Path | None = None) -> np.ndarray:
+    """Several teachers combined: each one's cached vectors of `texts` (`teachers` maps names to teachers), scaled to
+    unit length and set side by side, float32. The cosine of two such rows is the mean of the teachers' cosines, so
+    every teacher counts alike; a teacher pair of different makings (all-MiniLM-L6-v2 and USE) beats either."""
+    parts = []
+    for name, teacher in teachers.items():
+        vectors = encode_cached(teacher, name, texts, cache_dir).astype(np.float32)
+        parts.append(vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12))
+    return np.concatenate(parts, 1)
+
+
 def piece_texts(tokenizer: Tokenizer) -> list[str]:
     """Each piece as plain text for the teacher: the word-start mark becomes nothing."""
     sp = tokenizer.sp
@@ -189,9 +200,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--output-dir", type=Path, required=True, help="init.pt and targets.npy")
     p.add_argument("--cache-dir", type=Path, help="teacher vectors by content (default: $PARAPHRASTIC_CACHE/teacher)")
     p.add_argument(
-        "--teacher", default=DEFAULT_TEACHER, help=f"sentence-transformers model (default {DEFAULT_TEACHER})"
+        "--teacher",
+        nargs="+",
+        default=[DEFAULT_TEACHER],
+        help=f"sentence-transformers model(s) or {USE_TEACHER}; several are combined (unit vectors side by side)",
     )
-    p.add_argument("--dim", type=int, default=300, help="dimension after PCA (at most the teacher's)")
+    p.add_argument("--dim", type=int, default=300, help="dimension after PCA (at most the teachers' together)")
     p.add_argument("--sif-a", type=float, default=1e-3, help="frequency weight a / (a + p) (default 1e-3)")
     p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True, help="lowercase text (default)")
     p.add_argument("--device", default="cpu", help="device of the teacher (cpu or cuda)")
@@ -206,17 +220,18 @@ def main(argv: list[str] | None = None) -> int:
             open_input(path)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = Tokenizer(args.sp_model.read_bytes(), args.lowercase)
-    teacher = load_teacher(args.teacher, args.device)
-    tqdm.write(f"embedding {len(tokenizer)} pieces with {args.teacher}", file=sys.stderr)
-    pieces = encode_cached(teacher, args.teacher, piece_texts(tokenizer), args.cache_dir).astype(np.float32)
+    teachers = {name: load_teacher(name, args.device) for name in args.teacher}
+    names = " + ".join(teachers)
+    tqdm.write(f"embedding {len(tokenizer)} pieces with {names}", file=sys.stderr)
+    pieces = encode_teachers(teachers, piece_texts(tokenizer), args.cache_dir)
     pca = fit_pca(pieces, args.dim)
     table = initial_table(pieces, piece_probabilities(tokenizer, args.counts_file), pca, args.sif_a)
-    config = {"source": "teacher.py", "teacher": args.teacher, "sif_a": args.sif_a}
+    config = {"source": "teacher.py", "teacher": names, "sif_a": args.sif_a}
     SPModel(tokenizer, torch.from_numpy(table), config).save(args.output_dir / "init.pt")
     if args.distill_sentences is not None:
         sentences = read_lines(args.distill_sentences)
-        tqdm.write(f"embedding {len(sentences)} distillation sentences with {args.teacher}", file=sys.stderr)
-        raw = encode_cached(teacher, args.teacher, sentences, args.cache_dir).astype(np.float32)
+        tqdm.write(f"embedding {len(sentences)} distillation sentences with {names}", file=sys.stderr)
+        raw = encode_teachers(teachers, sentences, args.cache_dir)
         save_npy(args.output_dir / "targets.npy", ((raw - pca[0]) @ pca[1]).astype(np.float16))
     print(f"wrote {args.output_dir / 'init.pt'} ({len(tokenizer)} x {args.dim})", file=sys.stderr)
     return 0

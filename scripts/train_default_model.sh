@@ -5,20 +5,21 @@
 #   1. the distillation text: the distinct English sentences of the training data (captions, ASSET, English sides of
 #      the bitext without Tatoeba-Challenge; no STS-family text), then the 1.16M Wikipedia sentences of train/en_text;
 #   2. a 48,000-piece unigram sentencepiece model on that text, lowercased;
-#   3. all-MiniLM-L6-v2 vectors of every piece and of the first LABELLED sentences (640,000: the 268,011 sentences of
-#      the training data and the first 371,989 Wikipedia ones; the slow step: about an hour on 2 CPU cores of a Xeon
-#      without native bf16, where Wikipedia sentences run at about 150 a second);
-#      PCA to 256 fitted on 200,000 sentence vectors; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
+#   3. two teachers' vectors of every piece and of the first LABELLED sentences (120,000, all from the training
+#      data's own 268,011): all-MiniLM-L6-v2 and multilingual USE v3, each scaled to unit length and set side by side
+#      (teacher.encode_teachers); the slow step: about 20 minutes on 2 CPU cores with native bf16;
+#      PCA to 256 fitted on those sentence vectors; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
 #   4. paraphrastic-train: distillation only (1 - cos toward the PCA'd teacher vector), 512 sentences per update,
-#      lr 0.001, 8000 updates; best.pt chosen on the mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train;
+#      lr 0.001, 3000 updates; best.pt chosen every 500 on the mean of STS 2017 en-en, STS Benchmark dev and
+#      STS 2012 train;
 #   5. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose
 #      (scripts/center_model.py), float16.
-# Needs `pip install -e .[teacher]`. Usage: bash scripts/train_default_model.sh [OUT_DIR (runs/default)]
+# Needs `pip install -e .[teacher,multilingual]`. Usage: bash scripts/train_default_model.sh [OUT_DIR (runs/default)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-vocab=48000 dim=256 labelled=${LABELLED:-640000}
+vocab=48000 dim=256 labelled=${LABELLED:-120000}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -43,18 +44,18 @@ from pathlib import Path
 import numpy as np, torch
 from paraphrastic.fileio import read_lines
 from paraphrastic.models import SPModel, Tokenizer
-from paraphrastic.teacher import encode_cached, fit_pca, initial_table, load_teacher, piece_probabilities, piece_texts, save_npy
+from paraphrastic.teacher import encode_teachers, fit_pca, initial_table, load_teacher, piece_probabilities, piece_texts, save_npy
 out, dim, labelled = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 tokenizer = Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
-teacher = load_teacher("all-MiniLM-L6-v2")
-pieces = encode_cached(teacher, "all-MiniLM-L6-v2", piece_texts(tokenizer)).astype(np.float32)
-raw = encode_cached(teacher, "all-MiniLM-L6-v2", read_lines(out / "distill.txt")[:labelled])
+teachers = {name: load_teacher(name) for name in ("all-MiniLM-L6-v2", "use-multilingual-v3")}
+pieces = encode_teachers(teachers, piece_texts(tokenizer))
+raw = encode_teachers(teachers, read_lines(out / "distill.txt")[:labelled])
 sample = np.random.default_rng(0).choice(len(raw), min(200_000, len(raw)), replace=False)
-pca = fit_pca(raw[sample].astype(np.float32), dim)
+pca = fit_pca(raw[sample], dim)
 table = initial_table(pieces, piece_probabilities(tokenizer, out / "distill.txt"), pca, 1e-3)
-config = {"source": "teacher.py", "teacher": "all-MiniLM-L6-v2", "sif_a": 1e-3}
+config = {"source": "teacher.py", "teacher": " + ".join(teachers), "sif_a": 1e-3}
 SPModel(tokenizer, torch.from_numpy(table), config).save(out / "init.pt")
-targets = np.concatenate([(raw[i : i + 100_000].astype(np.float32) - pca[0]) @ pca[1] for i in range(0, len(raw), 100_000)])
+targets = np.concatenate([(raw[i : i + 100_000] - pca[0]) @ pca[1] for i in range(0, len(raw), 100_000)])
 save_npy(out / "targets.npy", targets.astype(np.float16))
 PY
 [ -f "$out/train/best.pt" ] && [ ! -f "$out/train/resume.pt" -o -f "$out/train/done" ] || step train bash -c "
@@ -62,6 +63,6 @@ PY
   paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume \
     --train-file '$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz' --margin-weight 0 --megabatch-size 1 \
     --distill '$out/labelled.txt' '$out/targets.npy' --distill-batch-size 512 \
-    --lr 0.001 --max-steps 8000 --save-every 1000 --dev-file $(printf "'%s' " "${dev[@]}")&& touch '$out/train/done'"
+    --lr 0.001 --max-steps 3000 --save-every 500 --dev-file $(printf "'%s' " "${dev[@]}")&& touch '$out/train/done'"
 step center python scripts/center_model.py "$out/train/best.pt" "$out/distill.txt" data/models/default.pt --dev-file "${dev[@]}"
 step evaluate paraphrastic-evaluate --load-file data/models/default.pt --tasks sts,sts17,stsb,sick --json "$out/eval.json"

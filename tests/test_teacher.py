@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from conftest import generated_sentences, need
 
 from paraphrastic import models, teacher
@@ -78,3 +79,26 @@ def test_center_rows_centres_and_whitens_every_sentence_vector(tiny_model, power
     values, directions = np.linalg.eigh(np.cov(before, rowvar=False))
     expected = (directions * values ** (1 - power)) @ directions.T
     np.testing.assert_allclose(np.cov(after, rowvar=False), expected, atol=2e-4 * values.max())
+
+
+def test_several_teachers_side_by_side_average_their_cosines(tmp_path):
+    class Fake:
+        device = torch.device("cpu")
+
+        def __init__(self, dim: int, seed: int):
+            self.dim, self.seed = dim, seed
+
+        def get_embedding_dimension(self) -> int:
+            return self.dim
+
+        def encode(self, texts, batch_size=0, convert_to_numpy=True):
+            rng = np.random.default_rng([self.seed, *(len(t) for t in texts)])
+            return rng.standard_normal((len(texts), self.dim)) * (1 + np.arange(len(texts)))[:, None]
+
+    fakes = {"a": Fake(3, 1), "b": Fake(5, 2)}
+    texts = ["x", "yy", "zzz", "wwww"]
+    both = teacher.encode_teachers(fakes, texts, tmp_path)
+    assert both.shape == (4, 8) and both.dtype == np.float32
+    alone = [teacher.encode_cached(t, name, texts, tmp_path).astype(np.float32) for name, t in fakes.items()]
+    mean_cosine = (models.cosine(alone[0][:2], alone[0][2:]) + models.cosine(alone[1][:2], alone[1][2:])) / 2
+    np.testing.assert_allclose(models.cosine(both[:2], both[2:]), mean_cosine, atol=1e-5)
