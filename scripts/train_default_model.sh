@@ -5,9 +5,9 @@
 #   1. the distillation text: the distinct English sentences of the training data (captions, ASSET, English sides of
 #      the bitext without Tatoeba-Challenge; no STS-family text), then the 1.16M Wikipedia sentences of train/en_text;
 #   2. a 48,000-piece unigram sentencepiece model on that text, lowercased;
-#   3. two teachers' vectors of every piece and of the first LABELLED sentences (480,000: the training data's own
-#      268,011 and the first 211,989 Wikipedia ones): all-MiniLM-L6-v2 and multilingual USE v3, each scaled to unit
-#      length and set side by side (teacher.encode_teachers); the slow step: under an hour on 2 CPU cores with
+#   3. two teachers' vectors of every piece and of the first LABELLED sentences (720,000: the training data's own
+#      268,011 and the first 451,989 Wikipedia ones): all-MiniLM-L6-v2 and multilingual USE v3, each scaled to unit
+#      length and set side by side (teacher.encode_teachers); the slow step: about an hour on 2 CPU cores with
 #      native bf16;
 #      PCA to 256 fitted on those sentence vectors; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
 #   4. paraphrastic-train: distillation only (1 - cos toward the PCA'd teacher vector), 512 sentences per update,
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-vocab=48000 dim=256 labelled=${LABELLED:-480000}
+vocab=48000 dim=256 labelled=${LABELLED:-720000}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
