@@ -42,6 +42,7 @@ import torch.distributed as dist
 
 from paraphrastic.fileio import InputError
 from paraphrastic.models import Bags, resolve_device
+from paraphrastic.pairs import PairData
 
 HELP = (
     "Launched by torchrun (e.g. torchrun --standalone --nproc_per_node W train.py ...), training runs on W ranks: "
@@ -176,13 +177,13 @@ class Ranks:
         self.mean_([loss])
         return rows, grad / self.world, loss
 
-    def share(self, trainer, pair_data: type) -> None:
+    def share(self, trainer) -> None:
         """Give a (possibly resumed) trainer this rank's share: a RankSampler for the mega-batches to come, a view of
         the resumed mega-batch (read whole, with its saved global negatives) and of the distillation batches."""
         if self.world == 1:
             return
         config = trainer.config
-        trainer.sampler = RankSampler(trainer.sampler, config.batch_size, config.global_megabatch, pair_data, self)
+        trainer.sampler = RankSampler(trainer.sampler, config.batch_size, config.global_megabatch, self)
         if trainer.megabatch is not None:
             layout = Layout(config.seed, trainer.epoch, trainer.offset, trainer.megabatch.n, config.batch_size, True)
             trainer.megabatch = RankMegaBatch(trainer.megabatch, layout, self)
@@ -257,28 +258,28 @@ def rank_slices(count: int, batch: int, world: int, rank: int) -> list[tuple[int
     return slices
 
 
-def pack_pairs(data) -> torch.Tensor:
+def pack_pairs(data: PairData) -> torch.Tensor:
     """PairData as one int64 tensor: pairs, source ids, then lengths and ids of both sides."""
     (src_ids, src_len), (tgt_ids, tgt_len) = data.src, data.tgt
     head = np.array([len(src_len), len(src_ids)])
     return torch.from_numpy(np.concatenate([head, src_len, tgt_len, src_ids, tgt_ids]).astype(np.int64))
 
 
-def unpack_pairs(packed: torch.Tensor, pair_data: type):
+def unpack_pairs(packed: torch.Tensor) -> PairData:
     """The PairData that pack_pairs packed."""
     flat = packed.cpu().numpy()
     n, n_src = int(flat[0]), int(flat[1])
     src_len, tgt_len = flat[2 : 2 + n], flat[2 + n : 2 + 2 * n]
     ids = flat[2 + 2 * n :]
-    return pair_data((ids[:n_src], src_len), (ids[n_src:], tgt_len))
+    return PairData((ids[:n_src], src_len), (ids[n_src:], tgt_len))
 
 
 class RankSampler:
     """The trainer's sampler under torchrun: read() returns this rank's slices of a mega-batch or, with
     --global-megabatch, the whole mega-batch all-gathered from every rank's slices, tagged with its Layout."""
 
-    def __init__(self, sampler, batch: int, gathered: bool, pair_data: type, ranks: Ranks):
-        self.sampler, self.batch, self.gathered, self.pair_data = sampler, batch, gathered, pair_data
+    def __init__(self, sampler, batch: int, gathered: bool, ranks: Ranks):
+        self.sampler, self.batch, self.gathered = sampler, batch, gathered
         self.ranks = ranks
 
     def __len__(self) -> int:
@@ -291,7 +292,7 @@ class RankSampler:
         if self.gathered:
             data = self._gather(epoch, start, count)
         else:
-            data = self.pair_data.concat([self.sampler.read(epoch, start + lo, hi - lo) for lo, hi, _ in slices])
+            data = PairData.concat([self.sampler.read(epoch, start + lo, hi - lo) for lo, hi, _ in slices])
         data.layout = Layout(self.sampler.seed, epoch, start, count, self.batch, self.gathered)
         return data
 
@@ -300,14 +301,14 @@ class RankSampler:
         empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         world, rank = self.ranks.world, self.ranks.rank
         owned = [(lo, hi) for lo, hi, own in rank_slices(count, self.batch, world, rank) if own]
-        mine = self.pair_data.concat(
-            [self.pair_data(empty, empty)] + [self.sampler.read(epoch, start + lo, hi - lo) for lo, hi in owned]
+        mine = PairData.concat(
+            [PairData(empty, empty)] + [self.sampler.read(epoch, start + lo, hi - lo) for lo, hi in owned]
         )
-        parts = [unpack_pairs(p, self.pair_data) for (p,) in self.ranks.gather_uneven(pack_pairs(mine))]
+        parts = [unpack_pairs(p) for (p,) in self.ranks.gather_uneven(pack_pairs(mine))]
         positions = np.concatenate(
             [np.arange(lo, hi) for r in range(world) for lo, hi, own in rank_slices(count, self.batch, world, r) if own]
         )
-        return self.pair_data.concat(parts).take(np.argsort(positions))
+        return PairData.concat(parts).take(np.argsort(positions))
 
 
 def global_negatives(

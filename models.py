@@ -48,12 +48,8 @@ MAX_SP_BYTES = 256 << 20  # sentencepiece models of even a million pieces are a 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
 SP_FILE = "sentencepiece.model"
 WEIGHT_KEYS = ("embeddings", "embedding.weight")  # model2vec's key, sentence-transformers' key
-WEIGHT_DIRS = (".", "0_StaticEmbedding")
-CHECKED = (
-    "model.safetensors",
-    "tokenizer.json",
-    SP_FILE,
-)  # the files whose checksums config.json records  # where the two libraries put model.safetensors and tokenizer.json
+WEIGHT_DIRS = (".", "0_StaticEmbedding")  # where the two libraries put model.safetensors and tokenizer.json
+CHECKED = ("model.safetensors", "tokenizer.json", SP_FILE)  # the files whose checksums config.json records
 SHIPPED = {"default": DEFAULT_MODEL, "multilingual": DEFAULT_MODEL.with_name("multilingual.pt")}
 
 

@@ -104,7 +104,7 @@ STATE_PARTS = {
 START_OVER = "move it away to start the run over, or restore a copy"
 
 
-# ----------------------------------------------------------------------------- data
+# ----------------------------------------------------------------------------- sentencepiece
 
 
 def sentencepiece_from_text(
@@ -1122,7 +1122,7 @@ def run(args: argparse.Namespace, device: str, on_step: Callable[[Trainer], None
             raise InputError(f"{out / 'resume.pt'}: damaged training state ({what}); {START_OVER}") from None
         drop_torn_line(out / "metrics.jsonl")
         tqdm.write(f"resuming from step {trainer.step} of {out}")
-    ranks.share(trainer, PairData)  # this rank's share of the data from here on
+    ranks.share(trainer)  # this rank's share of the data from here on
     tqdm.write(
         f"training {len(source)} pairs: {model.kind} model, dim {model.dim}, {model.embedding.num_embeddings} rows, "
         f"batch {config.batch_size}, M up to {config.megabatch_size}, {trainer.total_steps} updates, "
