@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 from paraphrastic.fileio import InputError, atomic_path, cli_parser, iter_line_chunks, open_input, read_lines, run_cli
-from paraphrastic.models import SPModel, Tokenizer, flatten, native_bf16
+from paraphrastic.models import ModelError, SPModel, Tokenizer, flatten, native_bf16
 
 DEFAULT_TEACHER = "all-MiniLM-L6-v2"
 USE_TEACHER = "use-multilingual-v3"
@@ -88,6 +88,24 @@ def english_training_sentences(data: Path, skip_tatoeba: bool = True) -> list[st
     sentences = list(seen)
     random.Random(0).shuffle(sentences)
     return sentences
+
+
+def average_rows(models: list[SPModel]) -> SPModel:
+    """The first model with the mean of all the models' tables: runs of one recipe that differ only in their seed
+    (same sentencepiece model, same starting table) average into a model that is the mean of their sentence
+    vectors, less noisy than any one of them."""
+    first = models[0]
+    for other in models[1:]:
+        if (
+            other.tokenizer.sp_model != first.tokenizer.sp_model
+            or other.embedding.weight.shape != first.embedding.weight.shape
+        ):
+            raise ModelError("only models with the same sentencepiece model and table shape can be averaged")
+    with torch.no_grad():
+        first.embedding.weight.copy_(torch.stack([m.embedding.weight for m in models]).mean(0))
+    if len(models) > 1:
+        first.config["averaged_runs"] = len(models)  # its training record is the first run's
+    return first
 
 
 def center_rows(model: SPModel, sentences: list[str], whiten: float = 0.0) -> None:

@@ -1,8 +1,10 @@
 """The last step of a recipe: centre a trained SP model's rows on a sample of its training sentences and whiten
 them by the power that scores best on the dev sets (mean Pearson; `teacher.center_rows`), then save it in float16.
-Only dev sets choose; the powers tried and their dev figures are printed.
+Given several trained models (one recipe run with different seeds), their tables are averaged first
+(`teacher.average_rows`). Only dev sets choose; the powers tried and their dev figures are printed.
 
-    python scripts/center_model.py TRAINED.pt SENTENCES.txt OUT.pt --dev-file A.tsv B.tsv ... [--powers 0 0.1 0.2]
+    python scripts/center_model.py TRAINED.pt [TRAINED2.pt ...] SENTENCES.txt OUT.pt --dev-file A.tsv B.tsv ...
+        [--powers 0 0.1 0.2]
         [--config '{"multilingual": true}']
 """
 
@@ -15,7 +17,7 @@ import numpy as np
 from paraphrastic.evaluate import score_sts_file
 from paraphrastic.fileio import read_lines
 from paraphrastic.models import load_model
-from paraphrastic.teacher import center_rows
+from paraphrastic.teacher import average_rows, center_rows
 
 
 def dev_mean(model, dev_files: list[Path]) -> float:
@@ -24,7 +26,7 @@ def dev_mean(model, dev_files: list[Path]) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("model", type=Path, help="the trained model (e.g. train/best.pt)")
+    p.add_argument("models", type=Path, nargs="+", help="the trained model(s) (e.g. train/best.pt), averaged")
     p.add_argument("sentences", type=Path, help="training sentences, one per line; 100,000 of them are sampled")
     p.add_argument("out", type=Path, help="where the float16 model is written")
     p.add_argument("--dev-file", type=Path, nargs="+", required=True, help="STS dev files (tsv) that choose")
@@ -37,7 +39,7 @@ def main() -> None:
     sample = [lines[i] for i in np.random.default_rng(0).choice(len(lines), min(100_000, len(lines)), replace=False)]
     best = None
     for power in args.powers:
-        model = load_model(args.model)
+        model = average_rows([load_model(path) for path in args.models])
         center_rows(model, sample, whiten=power)
         score = dev_mean(model, args.dev_file)
         print(f"whitening power {power}: dev mean {score:.2f}", flush=True)

@@ -2,8 +2,12 @@
 STS 2012 train; Pearson x 100) and retrieval error x 100 on the held-apart bitext pairs that
 scripts/multilingual_text.py cut per language: each foreign sentence looks for its English side among those
 300 and 20,000 English Wikipedia sentences the model never trained on (lines 200,000-220,000 of
-train/en_text/enwiki_2018_articles.txt.gz), which makes the task hard enough to tell models apart. No test set
-is read.
+train/en_text/enwiki_2018_articles.txt.gz), which makes the task hard enough to tell models apart; and, per
+language, the agreement with the teacher on those pairs: the Pearson x 100 between the model's cosines of two
+foreign sentences (and of a foreign sentence and another pair's English side) and the teacher's cosine of the two
+English sides, over all pairs of the 300 (a finer signal than 300 retrievals); and the same agreement on short
+text, 300 spans of 3-10 words cut from those foreign sentences, against the teacher's cosines of the spans
+themselves. No test set is read.
 
     python scripts/multilingual_dev.py MODEL [MODEL ...] --heldout runs/multilingual [--data-dir ../shared/data]
 """
@@ -12,6 +16,7 @@ import argparse
 import gzip
 import itertools
 import os
+import random
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +25,7 @@ from paraphrastic import knn
 from paraphrastic.evaluate import score_sts_file
 from paraphrastic.fileio import read_lines
 from paraphrastic.models import load_model
+from paraphrastic.teacher import USE_TEACHER, encode_cached, load_teacher
 
 
 def distractors(data: Path, start: int = 200_000, count: int = 20_000) -> list[str]:
@@ -27,7 +33,38 @@ def distractors(data: Path, start: int = 200_000, count: int = 20_000) -> list[s
         return [line.strip() for line in itertools.islice(f, start, start + count)]
 
 
-def dev_figures(model, heldout: Path, data: Path) -> dict[str, float]:
+def spans(sentences: list[str], count: int, seed: str) -> list[str]:
+    """`count` distinct random spans of 3-10 words (4-16 characters for text without spaces, Chinese) of the
+    sentences: short text, like the everyday sentences and captions of the test sets."""
+    rng, out = random.Random(seed), {}
+    for _ in range(50 * count):
+        if len(out) == count:
+            break
+        sentence = rng.choice(sentences)
+        units, joiner = (sentence.split(), " ") if " " in sentence else (list(sentence), "")
+        lo, hi = (3, 10) if joiner else (4, 16)
+        if len(units) <= lo:
+            continue
+        length = rng.randint(lo, min(hi, len(units) - 1))
+        start = rng.randrange(len(units) - length + 1)
+        out[joiner.join(units[start : start + length])] = None
+    return list(out)
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def agreement(model, teacher, reference: list[str], *sides: list[str]) -> float:
+    """Pearson x 100 between the model's cosines of the sides (one: within it; two: across) and the teacher's
+    cosines within `reference`, over all pairs i != j."""
+    t = unit(encode_cached(teacher, USE_TEACHER, reference).astype(np.float32))
+    a, b = (unit(model.encode(side)) for side in (sides * 2)[:2])
+    off = ~np.eye(len(reference), dtype=bool)
+    return 100 * float(np.corrcoef((a @ b.T)[off], (t @ t.T)[off])[0, 1])
+
+
+def dev_figures(model, heldout: Path, data: Path, teacher) -> dict[str, float]:
     sts = {
         "sts17-en": data / "sts" / "2017" / "en-en.tsv",
         "stsb-dev": data / "sts" / "en" / "stsb" / "dev.tsv",
@@ -36,14 +73,21 @@ def dev_figures(model, heldout: Path, data: Path) -> dict[str, float]:
     out = {name: score_sts_file(model, path)["pearson"] for name, path in sts.items()}
     out["sts-mean"] = float(np.mean(list(out.values())))
     extra = model.encode(distractors(data))
+    errors, agreements, short = {}, {}, {}
     for path in sorted(heldout.glob("heldout.*.tsv")):
         en, xx = zip(*(line.split("\t") for line in read_lines(path)), strict=True)
         keys = np.concatenate([model.encode(list(en)), extra])
         found, _ = knn.nearest_both_ways(model.encode(list(xx)), keys)
-        out[path.stem.split(".")[1]] = 100 * float(np.mean(found != np.arange(len(xx))))
-    errors = [v for k, v in out.items() if len(k) == 2]
-    if errors:
-        out["error-mean"] = float(np.mean(errors))
+        lang = path.stem.split(".")[1]
+        errors[lang] = 100 * float(np.mean(found != np.arange(len(xx))))
+        en, xx = list(en), list(xx)
+        views = [agreement(model, teacher, en, xx), agreement(model, teacher, en, xx, en)]
+        agreements[f"agree-{lang}"] = float(np.mean(views))
+        cut = spans(xx, len(xx), lang)
+        short[f"short-{lang}"] = agreement(model, teacher, cut, cut)
+    for figures, mean in ((errors, "error-mean"), (agreements, "agree-mean"), (short, "short-mean")):
+        if figures:
+            out |= figures | {mean: float(np.mean(list(figures.values())))}
     return out
 
 
@@ -53,6 +97,7 @@ if __name__ == "__main__":
     p.add_argument("--heldout", type=Path, required=True, help="folder of heldout.<lang>.tsv and sts12-train.tsv")
     p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("PARAPHRASTIC_DATA", "../shared/data")))
     args = p.parse_args()
+    teacher = load_teacher(USE_TEACHER)
     for name in args.models:
-        figures = dev_figures(load_model(name), args.heldout, args.data_dir)
+        figures = dev_figures(load_model(name), args.heldout, args.data_dir, teacher)
         print(name, " ".join(f"{k} {v:.1f}" for k, v in figures.items()), flush=True)

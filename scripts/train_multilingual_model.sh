@@ -11,16 +11,17 @@
 #      PCA to 300 fitted on 200,000 targets; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
 #   4. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
 #      mega-batches of 4 x 128 pairs) plus distillation (1 - cos toward the target, 512 sentences an update) plus
-#      10 x the relational loss (the batch's cosine matrix toward the teacher's); lr 0.001, STEPS updates;
-#   5. every row minus the mean vector of 100,000 training sentences (scripts/center_model.py --powers 0:
-#      centred, not whitened), float16; then the dev figures
+#      10 x the relational loss (the batch's cosine matrix toward the teacher's); lr 0.001, STEPS updates; SEEDS
+#      times, with seeds 1, 2, ... (the data order);
+#   5. the mean of the SEEDS tables, then every row minus the mean vector of 100,000 training sentences
+#      (scripts/center_model.py --powers 0: centred, not whitened), float16; then the dev figures
 #      (scripts/multilingual_dev.py) and the test figures.
 # Needs `pip install -e .[multilingual]`. Usage: bash scripts/train_multilingual_model.sh [OUT_DIR (runs/multilingual)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
-vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000}
+vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -39,15 +40,20 @@ out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "sp.tmp").rename(out / "sp.model")
 PY
 [ -f "$out/targets.npy" ] || step teacher python scripts/multilingual_targets.py "$out" "$out" --dim "$dim"
-[ -f "$out/train/done" ] || step train bash -c "
-  resume=; [ -f '$out/train/resume.pt' ] && resume=--resume
-  cut -f1,2 '$out/bitext.tsv' > '$out/pairs.tsv'
-  paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume \
-    --train-file '$out/pairs.tsv' --mode bitext --margin-weight 1 --megabatch-size 4 \
-    --distill '$out/distill.txt' '$out/targets.npy' --distill-batch-size 512 --distill-relational 10 \
-    --lr 0.001 --max-steps $steps --save-every 1000 && touch '$out/train/done'"
+[ -f "$out/pairs.tsv" ] || { cut -f1,2 "$out/bitext.tsv" > "$out/pairs.tmp" && mv "$out/pairs.tmp" "$out/pairs.tsv"; }
+models=()
+for seed in $(seq 1 "$seeds"); do  # the same run with different seeds (data order), averaged by center_model.py
+  run="$out/train/seed$seed"
+  models+=("$run/model.pt")
+  [ -f "$run/done" ] || step "train (seed $seed of $seeds)" bash -c "
+    resume=; [ -f '$run/resume.pt' ] && resume=--resume
+    paraphrastic-train --init-from '$out/init.pt' --output-dir '$run' \$resume --seed $seed \
+      --train-file '$out/pairs.tsv' --mode bitext --margin-weight 1 --megabatch-size 4 \
+      --distill '$out/distill.txt' '$out/targets.npy' --distill-batch-size 512 --distill-relational 10 \
+      --lr 0.001 --max-steps $steps --save-every 1000 && touch '$run/done'"
+done
 langs='["en", "ar", "de", "es", "fr", "ru", "tr", "zh"]'
-step center python scripts/center_model.py "$out/train/model.pt" "$out/distill.txt" data/models/multilingual.pt --powers 0 \
+step center python scripts/center_model.py "${models[@]}" "$out/distill.txt" data/models/multilingual.pt --powers 0 \
   --dev-file "$data/sts/2017/en-en.tsv" "$data/sts/en/stsb/dev.tsv" "$out/sts12-train.tsv" \
   --config "{\"multilingual\": true, \"languages\": $langs}"
 step dev python scripts/multilingual_dev.py data/models/multilingual.pt --heldout "$out" --data-dir "$data"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,16 @@ def generated_sentences(n: int, seed: int = 0) -> list[str]:
         sentence = " ".join(words) + rng.choice([".", "!", ""])
         out.append(sentence.capitalize() if rng.random() < 0.5 else sentence)
     return out
+
+
+CARD = ROOT / "data" / "models" / "README.md"
+
+
+def stated_figure(name: str) -> float:
+    """A figure of the model card's line `<name>: <number>`."""
+    match = re.search(rf"^{re.escape(name)}: ([0-9.]+)$", CARD.read_text(encoding="utf-8"), re.M)
+    assert match, f"{CARD} states no '{name}: ...' line"
+    return float(match.group(1))
 
 
 def shared_data_or_skip() -> Path:

@@ -1,21 +1,11 @@
 """The shipped English model: loads with no path, and reproduces the figures its model card states."""
 
 import json
-import re
 
 import pytest
-from conftest import ROOT
+from conftest import stated_figure
 
 from paraphrastic import evaluate, models
-
-CARD = ROOT / "data" / "models" / "README.md"
-
-
-def stated_figure(name: str) -> float:
-    """A figure of the model card's line `<name>: <number>`."""
-    match = re.search(rf"^{re.escape(name)}: ([0-9.]+)$", CARD.read_text(encoding="utf-8"), re.M)
-    assert match, f"{CARD} states no '{name}: ...' line"
-    return float(match.group(1))
 
 
 def test_default_model_is_shipped_small_and_loads_without_a_path():

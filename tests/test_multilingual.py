@@ -1,15 +1,16 @@
 """The multilingual model: distillation across a language pair, the shipped model by name, and the warning
 an English-only model gives for text it cannot read."""
 
+import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, generated_sentences
+from conftest import ROOT, generated_sentences, stated_figure
 
-from paraphrastic import models, train
+from paraphrastic import evaluate, models, train
 
 # A made-up second language for the fixture: every Latin letter written as a Cyrillic one, so that the two
 # sides share no piece and only distillation can bring a sentence and its "translation" together.
@@ -73,3 +74,14 @@ def test_english_model_warns_once_on_text_it_cannot_read_and_multilingual_does_n
     assert "--load-file multilingual" in english.stderr
     multi = subprocess.run([*command, "--quiet", "--load-file", "multilingual"], capture_output=True, text=True)
     assert multi.returncode == 0 and "warning" not in multi.stderr
+
+
+def test_the_multilingual_model_reproduces_its_card(shared_data, tmp_path):
+    out = tmp_path / "eval.json"
+    args = ["--load-file", "multilingual", "--tasks", "sts17,tatoeba", "--data-dir", str(shared_data)]
+    assert evaluate.main([*args, "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    cross = np.mean([results["sts17"]["sets"][pair]["pearson"] for pair in ("ar-en", "es-en", "tr-en")])
+    six = np.mean([results["tatoeba"]["langs"][lang]["mean"] for lang in ("ara", "deu", "spa", "fra", "rus", "tur")])
+    assert cross == pytest.approx(stated_figure("Multilingual STS 2017 cross-lingual mean Pearson"), abs=0.1)
+    assert six == pytest.approx(stated_figure("Multilingual Tatoeba error, mean of six"), abs=0.1)

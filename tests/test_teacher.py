@@ -67,6 +67,22 @@ def test_multilingual_use_teacher_embeds_and_caches(tmp_path):
     np.testing.assert_array_equal(again, vectors)
 
 
+def test_averaged_rows_give_the_mean_of_the_sentence_vectors(sp_bytes):
+    tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
+    runs = [
+        models.SPModel(tokenizer, torch.randn(len(tokenizer), 8, generator=torch.Generator().manual_seed(s)))
+        for s in range(3)
+    ]
+    sentences = generated_sentences(50, seed=2)
+    expected = np.mean([run.encode(sentences) for run in runs], axis=0)
+    averaged = teacher.average_rows(runs)
+    np.testing.assert_allclose(averaged.encode(sentences), expected, atol=1e-5)
+    assert averaged.config["averaged_runs"] == 3
+    other = models.SPModel(tokenizer, torch.randn(len(tokenizer), 4))
+    with pytest.raises(models.ModelError, match="same sentencepiece model and table shape"):
+        teacher.average_rows([runs[0], other])
+
+
 @pytest.mark.parametrize("power", [0.0, 0.5, 1.0])
 def test_center_rows_centres_and_whitens_every_sentence_vector(tiny_model, power):
     sentences = generated_sentences(300, seed=5)
