@@ -11,7 +11,7 @@
 #      PCA to 300 fitted on 200,000 targets; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
 #   4. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
 #      mega-batches of 4 x 128 pairs) plus distillation (1 - cos toward the target, 512 sentences an update) plus
-#      10 x the relational loss (the batch's cosine matrix toward the teacher's); lr 0.001, STEPS updates; SEEDS
+#      80 x the relational loss (the batch's cosine matrix toward the teacher's); lr 0.001, STEPS updates; SEEDS
 #      times, with seeds 1, 2, ... (the data order);
 #   5. the mean of the SEEDS tables, then every row minus the mean vector of 100,000 training sentences
 #      (scripts/center_model.py --powers 0: centred, not whitened), float16; then the dev figures
@@ -49,7 +49,7 @@ for seed in $(seq 1 "$seeds"); do  # the same run with different seeds (data ord
     resume=; [ -f '$run/resume.pt' ] && resume=--resume
     paraphrastic-train --init-from '$out/init.pt' --output-dir '$run' \$resume --seed $seed \
       --train-file '$out/pairs.tsv' --mode bitext --margin-weight 1 --megabatch-size 4 \
-      --distill '$out/distill.txt' '$out/targets.npy' --distill-batch-size 512 --distill-relational 10 \
+      --distill '$out/distill.txt' '$out/targets.npy' --distill-batch-size 512 --distill-relational 80 \
       --lr 0.001 --max-steps $steps --save-every 1000 && touch '$run/done'"
 done
 langs='["en", "ar", "de", "es", "fr", "ru", "tr", "zh"]'
