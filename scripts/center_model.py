@@ -9,6 +9,7 @@ Given several trained models (one recipe run with different seeds), their tables
 """
 
 import argparse
+import copy
 import json
 from pathlib import Path
 
@@ -37,9 +38,10 @@ def main() -> None:
     args = p.parse_args()
     lines = read_lines(args.sentences)
     sample = [lines[i] for i in np.random.default_rng(0).choice(len(lines), min(100_000, len(lines)), replace=False)]
+    averaged = average_rows([load_model(path) for path in args.models])
     best = None
     for power in args.powers:
-        model = average_rows([load_model(path) for path in args.models])
+        model = copy.deepcopy(averaged)
         center_rows(model, sample, whiten=power)
         score = dev_mean(model, args.dev_file)
         print(f"whitening power {power}: dev mean {score:.2f}", flush=True)

@@ -51,17 +51,10 @@ def spans(sentences: list[str], count: int, seed: str) -> list[str]:
     return list(out)
 
 
-def unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def agreement(model, teacher, reference: list[str], *sides: list[str]) -> float:
-    """Pearson x 100 between the model's cosines of the sides (one: within it; two: across) and the teacher's
-    cosines within `reference`, over all pairs i != j."""
-    t = unit(encode_cached(teacher, USE_TEACHER, reference).astype(np.float32))
-    a, b = (unit(model.encode(side)) for side in (sides * 2)[:2])
+def agreement(cosines: np.ndarray, reference: np.ndarray) -> float:
+    """Pearson x 100 between two cosine matrices over all pairs i != j."""
     off = ~np.eye(len(reference), dtype=bool)
-    return 100 * float(np.corrcoef((a @ b.T)[off], (t @ t.T)[off])[0, 1])
+    return 100 * float(np.corrcoef(cosines[off], reference[off])[0, 1])
 
 
 def dev_figures(model, heldout: Path, data: Path, teacher) -> dict[str, float]:
@@ -75,16 +68,18 @@ def dev_figures(model, heldout: Path, data: Path, teacher) -> dict[str, float]:
     extra = model.encode(distractors(data))
     errors, agreements, short = {}, {}, {}
     for path in sorted(heldout.glob("heldout.*.tsv")):
-        en, xx = zip(*(line.split("\t") for line in read_lines(path)), strict=True)
-        keys = np.concatenate([model.encode(list(en)), extra])
-        found, _ = knn.nearest_both_ways(model.encode(list(xx)), keys)
+        en, xx = (list(side) for side in zip(*(line.split("\t") for line in read_lines(path)), strict=True))
+        en_vectors, xx_vectors = model.encode(en), model.encode(xx)
+        found, _ = knn.nearest_both_ways(xx_vectors, np.concatenate([en_vectors, extra]))
         lang = path.stem.split(".")[1]
         errors[lang] = 100 * float(np.mean(found != np.arange(len(xx))))
-        en, xx = list(en), list(xx)
-        views = [agreement(model, teacher, en, xx), agreement(model, teacher, en, xx, en)]
-        agreements[f"agree-{lang}"] = float(np.mean(views))
+        taught = encode_cached(teacher, USE_TEACHER, en).astype(np.float32)
+        reference = model.similarity(taught, taught)
+        views = [model.similarity(xx_vectors, xx_vectors), model.similarity(xx_vectors, en_vectors)]
+        agreements[f"agree-{lang}"] = float(np.mean([agreement(view, reference) for view in views]))
         cut = spans(xx, len(xx), lang)
-        short[f"short-{lang}"] = agreement(model, teacher, cut, cut)
+        taught = encode_cached(teacher, USE_TEACHER, cut).astype(np.float32)
+        short[f"short-{lang}"] = agreement(model.similarity(cut, cut), model.similarity(taught, taught))
     for figures, mean in ((errors, "error-mean"), (agreements, "agree-mean"), (short, "short-mean")):
         if figures:
             out |= figures | {mean: float(np.mean(list(figures.values())))}
