@@ -179,7 +179,8 @@ class Ranks:
 
     def share(self, trainer) -> None:
         """Give a (possibly resumed) trainer this rank's share: a RankSampler for the mega-batches to come, a view of
-        the resumed mega-batch (read whole, with its saved global negatives) and of the distillation batches."""
+        the resumed mega-batch (read whole, with its saved global negatives) and of the distillation (and --relate)
+        batches."""
         if self.world == 1:
             return
         config = trainer.config
@@ -189,6 +190,8 @@ class Ranks:
             trainer.megabatch = RankMegaBatch(trainer.megabatch, layout, self)
         if trainer.distill is not None:
             trainer.distill = RankDistill(trainer.distill, self)
+        if trainer.relate is not None:
+            trainer.relate = RankDistill(trainer.relate, self)
 
     def view(self, megabatch, data):
         """The trainer's freshly mined mega-batch: this rank's view of the pool mined from `data`. Alone: as is."""

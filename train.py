@@ -81,17 +81,21 @@ MINE_CHUNK = 2048  # rows per similarity block when mining (measured best of 204
 EMBED_CHUNK = 8192  # sentences embedded at once when mining (bounds an LSTM's padded batch)
 STRUCTURE = ("encoder", "lowercase", "parts", "combine")  # the config keys that say what a model is
 SP_INPUT = "sentencepiece-input.txt"  # temporary text a new sentencepiece model is trained on
-PATH_ARGS = ("train_file", "train_shards", "output_dir", "sp_model", "init_from", "distill", "dev_file")
+PATH_ARGS = ("train_file", "train_shards", "output_dir", "sp_model", "init_from", "distill", "relate", "dev_file")
 OUTPUTS = ("model.pt", "best.pt", "resume.pt", "sp.model", SP_INPUT)  # names whose stale temporaries are removed
 # Arguments that must not change on --resume (the others, e.g. --max-steps, may).
 FIXED_ON_RESUME = (
     "mode", "dim", "batch_size", "megabatch_size", "megabatch_anneal", "lr", "delta", "dropout",
     "grad_clip", "one_sided", "seed", "mine_precision", "distill_weight", "distill_batch_size",
-    "distill_relational", "margin_weight", "model", "combine", "scramble_rate", "max_types",
+    "distill_relational", "relate_weight", "margin_weight", "model", "combine", "scramble_rate", "max_types",
 )  # fmt: skip
-LATER_SETTINGS = {"distill_relational": 0.0}  # settings newer than some saved runs: their value in those runs
+LATER_SETTINGS = {
+    "distill_relational": 0.0,
+    "relate": None,
+    "relate_weight": 1.0,
+}  # settings newer than some saved runs: their value in those runs
 # Inputs that must be the same files on --resume (unless --force-resume): paths compared as absolute paths.
-INPUTS_ON_RESUME = ("train_file", "train_shards", "distill", "lowercase", "sp_model", "init_from")
+INPUTS_ON_RESUME = ("train_file", "train_shards", "distill", "relate", "lowercase", "sp_model", "init_from")
 # The parts of a training state that resuming reads, with their types.
 STATE_PARTS = {
     "args": dict,
@@ -345,7 +349,9 @@ class DistillStream:
     follows from the step alone and resume needs no extra state.
     """
 
-    def __init__(self, model: Model, sentence_file: Path, target_file: Path, batch_size: int, seed: int):
+    def __init__(
+        self, model: Model, sentence_file: Path, target_file: Path, batch_size: int, seed: int, any_dim: bool = False
+    ):
         self.model, self.batch_size, self.seed = model, batch_size, seed
         threads = torch.get_num_threads()
         chunks = [model.token_ids(lines, threads) for lines in iter_line_chunks(sentence_file)]
@@ -357,10 +363,11 @@ class DistillStream:
             targets = np.load(target_file, mmap_mode="r")
         except (OSError, ValueError) as e:
             raise InputError(f"{target_file}: not a readable .npy of target vectors ({e})") from None
-        if targets.ndim != 2 or targets.shape != (len(self.lengths), model.dim):
+        dim = targets.shape[-1] if any_dim else model.dim
+        if targets.ndim != 2 or targets.shape != (len(self.lengths), dim):
             raise InputError(
-                f"{target_file}: shape {targets.shape}, expected ({len(self.lengths)}, {model.dim}): one target "
-                f"vector per line of {sentence_file}, of the model's dimension"
+                f"{target_file}: shape {targets.shape}, expected ({len(self.lengths)}, {dim}): one target "
+                f"vector per line of {sentence_file}" + ("" if any_dim else ", of the model's dimension")
             )
         self.targets = torch.from_numpy(np.array(targets, dtype=np.float32))
         self.per_pass = max(len(self.lengths) // batch_size, 1)
@@ -435,6 +442,11 @@ class Trainer:
         self.distill = (
             DistillStream(model, *config.distill, config.distill_batch_size or config.batch_size, config.seed)
             if config.distill
+            else None
+        )
+        self.relate = (
+            DistillStream(model, *config.relate, config.distill_batch_size or config.batch_size, config.seed + 1, True)
+            if config.relate
             else None
         )
         self.best: float | None = None
@@ -568,6 +580,9 @@ class Trainer:
         if self.distill is not None:
             distilled, targets = self.distill.batch(self.step, self.device)
             bags = bags.cat(distilled)
+        if self.relate is not None:
+            related, relations = self.relate.batch(self.step, self.device)
+            bags = bags.cat(related)
         parts = self.model.split_parts(*bags)
         rows, local = torch.unique(torch.cat([p[0] for p in parts]), return_inverse=True)
         sub = self.model.embedding.weight.data.index_select(0, rows).requires_grad_()
@@ -582,9 +597,12 @@ class Trainer:
             loss = margin_loss(parts[0], parts[1], parts[2], parts[3], self.config.delta, valid[0], valid[1])
         loss = self.config.margin_weight * loss
         if self.distill is not None:
-            loss = loss + self.config.distill_weight * distill_loss(vectors[pooled:], targets)
+            taught = vectors[pooled : pooled + len(targets)]
+            loss = loss + self.config.distill_weight * distill_loss(taught, targets)
             if self.config.distill_relational:
-                loss = loss + self.config.distill_relational * relational_loss(vectors[pooled:], targets)
+                loss = loss + self.config.distill_relational * relational_loss(taught, targets)
+        if self.relate is not None:
+            loss = loss + self.config.relate_weight * relational_loss(vectors[-len(relations) :], relations)
         loss.backward()
         rows, grad, loss = self.ranks.sum_rows(rows, sub.grad, loss)
         self.ranks.mean_([p.grad for p in self.dense])  # the LSTM weights' gradients
@@ -731,6 +749,8 @@ class Config:
     distill_weight: float
     distill_relational: float
     distill_batch_size: int | None
+    relate: tuple[Path, Path] | None
+    relate_weight: float
     margin_weight: float
     on_nan: str
     save_every: int
@@ -775,7 +795,7 @@ def make_config(
     if args.scramble_rate is None:
         lstm = any(pool != "mean" for pool, _ in model_parts(settings["model"]))
         settings["scramble_rate"] = 0.3 if lstm else 0.0
-    for k in ("train_shards", "distill", "dev_file"):
+    for k in ("train_shards", "distill", "relate", "dev_file"):
         settings[k] = tuple(settings[k]) if settings[k] is not None else None
     return Config(**ranks.settings(settings))
 
@@ -882,6 +902,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--distill-batch-size", type=at_least(1), help="sentences per distillation batch (default: --batch-size)"
     )
+    p.add_argument(
+        "--relate",
+        nargs=2,
+        type=Path,
+        metavar=("SENTENCES", "VECTORS"),
+        help="add a relational loss on other sentences, toward another teacher's cosines: VECTORS (.npy, one row "
+        "per line of SENTENCES, any dimension, that teacher's own space) set only how the sentences of a batch "
+        "relate to each other, not where they lie (batches of --distill-batch-size)",
+    )
+    p.add_argument("--relate-weight", type=float, default=1.0, help="weight of the --relate loss (default 1)")
     p.add_argument("--margin-weight", type=float, default=1.0, help="weight of the margin loss (default 1)")
     p.add_argument(
         "--on-nan",
@@ -949,7 +979,7 @@ def model_parts(spec: str) -> list[tuple[str, str]]:
 
 def check_inputs(args: argparse.Namespace) -> None:
     """Fail before any work (or output) when an input file is missing, dev files included."""
-    for path in [args.train_file, args.sp_model, *args.dev_file, *(args.distill or [])]:
+    for path in [args.train_file, args.sp_model, *args.dev_file, *(args.distill or []), *(args.relate or [])]:
         if path is not None:
             open_input(path)
     if args.train_shards:

@@ -7,7 +7,8 @@ language, the agreement with the teacher on those pairs: the Pearson x 100 betwe
 foreign sentences (and of a foreign sentence and another pair's English side) and the teacher's cosine of the two
 English sides, over all pairs of the 300 (a finer signal than 300 retrievals); and the same agreement on short
 text, 300 spans of 3-10 words cut from those foreign sentences, against the teacher's cosines of the spans
-themselves. No test set is read.
+themselves; and "outside": the agreement of the foreign-foreign cosines with all-MiniLM-L6-v2's cosines of the
+English sides, a stronger English model that no multilingual training uses. No test set is read.
 
     python scripts/multilingual_dev.py MODEL [MODEL ...] --heldout runs/multilingual [--data-dir ../shared/data]
 """
@@ -16,16 +17,16 @@ import argparse
 import gzip
 import itertools
 import os
-import random
 from pathlib import Path
 
 import numpy as np
+from multilingual_text import spans  # a sibling script
 
 from paraphrastic import knn
 from paraphrastic.evaluate import score_sts_file
 from paraphrastic.fileio import read_lines
 from paraphrastic.models import load_model
-from paraphrastic.teacher import USE_TEACHER, encode_cached, load_teacher
+from paraphrastic.teacher import DEFAULT_TEACHER, E5_TEACHER, USE_TEACHER, encode_cached, load_teacher
 
 
 def distractors(data: Path, start: int = 200_000, count: int = 20_000) -> list[str]:
@@ -33,22 +34,8 @@ def distractors(data: Path, start: int = 200_000, count: int = 20_000) -> list[s
         return [line.strip() for line in itertools.islice(f, start, start + count)]
 
 
-def spans(sentences: list[str], count: int, seed: str) -> list[str]:
-    """`count` distinct random spans of 3-10 words (4-16 characters for text without spaces, Chinese) of the
-    sentences: short text, like the everyday sentences and captions of the test sets."""
-    rng, out = random.Random(seed), {}
-    for _ in range(50 * count):
-        if len(out) == count:
-            break
-        sentence = rng.choice(sentences)
-        units, joiner = (sentence.split(), " ") if " " in sentence else (list(sentence), "")
-        lo, hi = (3, 10) if joiner else (4, 16)
-        if len(units) <= lo:
-            continue
-        length = rng.randint(lo, min(hi, len(units) - 1))
-        start = rng.randrange(len(units) - length + 1)
-        out[joiner.join(units[start : start + length])] = None
-    return list(out)
+def unit(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
 def agreement(cosines: np.ndarray, reference: np.ndarray) -> float:
@@ -57,7 +44,26 @@ def agreement(cosines: np.ndarray, reference: np.ndarray) -> float:
     return 100 * float(np.corrcoef(cosines[off], reference[off])[0, 1])
 
 
-def dev_figures(model, heldout: Path, data: Path, teacher) -> dict[str, float]:
+def teacher_figures(heldout: Path, teacher, outsider) -> dict[str, float]:
+    """The "outside" agreement of the teachers themselves on the held-apart foreign sentences: USE's cosines,
+    multilingual-e5-small's (its vectors centred on the 300, which spreads its crowded cosines) and the mean of the
+    two (what scripts/multilingual_relate.py teaches)."""
+    e5, out = load_teacher(E5_TEACHER), {}
+    for path in sorted(heldout.glob("heldout.*.tsv")):
+        en, xx = (list(side) for side in zip(*(line.split("\t") for line in read_lines(path)), strict=True))
+        lang = path.stem.split(".")[1]
+        judged = encode_cached(outsider, DEFAULT_TEACHER, en).astype(np.float32)
+        reference = unit(judged) @ unit(judged).T
+        use = unit(encode_cached(teacher, USE_TEACHER, xx).astype(np.float32))
+        centred = encode_cached(e5, E5_TEACHER, xx, shard=2000).astype(np.float32)
+        centred = unit(centred - centred.mean(0))
+        views = {"use": use @ use.T, "e5": centred @ centred.T}
+        views["mean"] = (views["use"] + views["e5"]) / 2
+        out |= {f"outside-{name}-{lang}": agreement(view, reference) for name, view in views.items()}
+    return out
+
+
+def dev_figures(model, heldout: Path, data: Path, teacher, outsider) -> dict[str, float]:
     sts = {
         "sts17-en": data / "sts" / "2017" / "en-en.tsv",
         "stsb-dev": data / "sts" / "en" / "stsb" / "dev.tsv",
@@ -66,7 +72,7 @@ def dev_figures(model, heldout: Path, data: Path, teacher) -> dict[str, float]:
     out = {name: score_sts_file(model, path)["pearson"] for name, path in sts.items()}
     out["sts-mean"] = float(np.mean(list(out.values())))
     extra = model.encode(distractors(data))
-    errors, agreements, short = {}, {}, {}
+    errors, agreements, short, outside = {}, {}, {}, {}
     for path in sorted(heldout.glob("heldout.*.tsv")):
         en, xx = (list(side) for side in zip(*(line.split("\t") for line in read_lines(path)), strict=True))
         en_vectors, xx_vectors = model.encode(en), model.encode(xx)
@@ -77,10 +83,13 @@ def dev_figures(model, heldout: Path, data: Path, teacher) -> dict[str, float]:
         reference = model.similarity(taught, taught)
         views = [model.similarity(xx_vectors, xx_vectors), model.similarity(xx_vectors, en_vectors)]
         agreements[f"agree-{lang}"] = float(np.mean([agreement(view, reference) for view in views]))
+        judged = encode_cached(outsider, DEFAULT_TEACHER, en).astype(np.float32)
+        outside[f"outside-{lang}"] = agreement(views[0], model.similarity(judged, judged))
         cut = spans(xx, len(xx), lang)
         taught = encode_cached(teacher, USE_TEACHER, cut).astype(np.float32)
         short[f"short-{lang}"] = agreement(model.similarity(cut, cut), model.similarity(taught, taught))
-    for figures, mean in ((errors, "error-mean"), (agreements, "agree-mean"), (short, "short-mean")):
+    named = ((errors, "error-mean"), (agreements, "agree-mean"), (short, "short-mean"), (outside, "outside-mean"))
+    for figures, mean in named:
         if figures:
             out |= figures | {mean: float(np.mean(list(figures.values())))}
     return out
@@ -88,11 +97,14 @@ def dev_figures(model, heldout: Path, data: Path, teacher) -> dict[str, float]:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("models", nargs="+", help="model files or shipped names")
+    p.add_argument("models", nargs="*", help="model files or shipped names")
+    p.add_argument("--teachers", action="store_true", help="also the teachers' own outside agreement")
     p.add_argument("--heldout", type=Path, required=True, help="folder of heldout.<lang>.tsv and sts12-train.tsv")
     p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("PARAPHRASTIC_DATA", "../shared/data")))
     args = p.parse_args()
-    teacher = load_teacher(USE_TEACHER)
+    teacher, outsider = load_teacher(USE_TEACHER), load_teacher(DEFAULT_TEACHER)
+    if args.teachers:
+        print("teachers", " ".join(f"{k} {v:.1f}" for k, v in teacher_figures(args.heldout, teacher, outsider).items()))
     for name in args.models:
-        figures = dev_figures(load_model(name), args.heldout, args.data_dir, teacher)
+        figures = dev_figures(load_model(name), args.heldout, args.data_dir, teacher, outsider)
         print(name, " ".join(f"{k} {v:.1f}" for k, v in figures.items()), flush=True)

@@ -52,6 +52,24 @@ def distinct(lines) -> list[str]:
     return list(dict.fromkeys(s for s in lines if s))
 
 
+def spans(sentences: list[str], count: int, seed: str) -> list[str]:
+    """`count` distinct random spans of 3-10 words (4-16 characters for text without spaces, Chinese) of the
+    sentences: short text, like the everyday sentences and captions of the test sets."""
+    rng, out = random.Random(seed), {}
+    for _ in range(50 * count):
+        if len(out) == count:
+            break
+        sentence = rng.choice(sentences)
+        units, joiner = (sentence.split(), " ") if " " in sentence else (list(sentence), "")
+        lo, hi = (3, 10) if joiner else (4, 16)
+        if len(units) <= lo:
+            continue
+        length = rng.randint(lo, min(hi, len(units) - 1))
+        start = rng.randrange(len(units) - length + 1)
+        out[joiner.join(units[start : start + length])] = None
+    return list(out)
+
+
 def write_lines(path: Path, lines: list[str]) -> None:
     with atomic_output(path, "w") as f:
         f.write("".join(s + "\n" for s in lines))

@@ -9,11 +9,14 @@
 #   3. USE vectors of every sentence and every piece (scripts/multilingual_targets.py); each sentence's target is
 #      the teacher's vector of itself, except that both sides of a bitext pair get the vector of the English side;
 #      PCA to 300 fitted on 200,000 targets; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
-#   4. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
+#   4. 30,000 spans of 3-10 words of the Arabic monolingual text, each with USE's and multilingual-e5-small's
+#      vectors side by side (scripts/multilingual_relate.py): a second teacher's view of short Arabic text;
+#   5. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
 #      mega-batches of 4 x 128 pairs) plus distillation (1 - cos toward the target, 512 sentences an update) plus
-#      80 x the relational loss (the batch's cosine matrix toward the teacher's); lr 0.001, STEPS updates; SEEDS
+#      80 x the relational loss (the batch's cosine matrix toward the teacher's) plus RELATE x the relational loss
+#      on 512 of the spans of step 4 toward the two teachers' mean cosines; lr 0.001, STEPS updates; SEEDS
 #      times, with seeds 1, 2, ... (the data order);
-#   5. the mean of the SEEDS tables, then every row minus the mean vector of 100,000 training sentences
+#   6. the mean of the SEEDS tables, then every row minus the mean vector of 100,000 training sentences
 #      (scripts/center_model.py --powers 0: centred, not whitened), float16; then the dev figures
 #      (scripts/multilingual_dev.py) and the test figures.
 # Needs `pip install -e .[multilingual]`. Usage: bash scripts/train_multilingual_model.sh [OUT_DIR (runs/multilingual)]
@@ -21,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
-vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8}
+vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -40,6 +43,7 @@ out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "sp.tmp").rename(out / "sp.model")
 PY
 [ -f "$out/targets.npy" ] || step teacher python scripts/multilingual_targets.py "$out" "$out" --dim "$dim"
+[ -f "$out/relate.npy" ] || step relate python scripts/multilingual_relate.py "$out" "$out" --langs ar --spans 30000
 [ -f "$out/pairs.tsv" ] || { cut -f1,2 "$out/bitext.tsv" > "$out/pairs.tmp" && mv "$out/pairs.tmp" "$out/pairs.tsv"; }
 models=()
 for seed in $(seq 1 "$seeds"); do  # the same run with different seeds (data order), averaged by center_model.py
@@ -50,6 +54,7 @@ for seed in $(seq 1 "$seeds"); do  # the same run with different seeds (data ord
     paraphrastic-train --init-from '$out/init.pt' --output-dir '$run' \$resume --seed $seed \
       --train-file '$out/pairs.tsv' --mode bitext --margin-weight 1 --megabatch-size 4 \
       --distill '$out/distill.txt' '$out/targets.npy' --distill-batch-size 512 --distill-relational 80 \
+      --relate '$out/relate.txt' '$out/relate.npy' --relate-weight $relate \
       --lr 0.001 --max-steps $steps --save-every 1000 && touch '$run/done'"
 done
 langs='["en", "ar", "de", "es", "fr", "ru", "tr", "zh"]'

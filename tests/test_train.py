@@ -364,6 +364,31 @@ def test_distillation_pulls_sentences_toward_their_targets(tiny_model_file, tmp_
     assert done.returncode == 2 and "short.npy: shape (50, 16), expected (200, 16)" in done.stderr
 
 
+def test_relate_moves_the_cosines_toward_another_teachers(tiny_model_file, tmp_path):
+    """--relate alone (vectors of another dimension than the model's) brings the model's cosine matrix of those
+    sentences closer to that teacher's."""
+    sentences = generated_sentences(200, 14)
+    (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n")
+    vectors = np.random.default_rng(1).standard_normal((200, 24)).astype(np.float32)
+    np.save(tmp_path / "vectors.npy", vectors)
+    pairs = zip(generated_sentences(300, 11), generated_sentences(300, 12), strict=True)
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+
+    def relational(model_file):
+        model = models.load_model(model_file)
+        return float(
+            train.relational_loss(torch.from_numpy(model.embed_raw_text(sentences)), torch.from_numpy(vectors))
+        )
+
+    args = ["--train-file", tmp_path / "pairs.tsv", "--output-dir", tmp_path / "run", "--init-from", tiny_model_file]
+    args += ["--relate", tmp_path / "sentences.txt", tmp_path / "vectors.npy", "--margin-weight", "0"]
+    args += ["--distill-batch-size", "50"]
+    assert train.main([*map(str, args), "--max-steps", "60", "--megabatch-size", "1", "--lr", "0.05"]) == 0
+    before, after = relational(tiny_model_file), relational(tmp_path / "run/model.pt")
+    print(f"relational loss {before:.4f} before, {after:.4f} after")
+    assert after < 0.8 * before
+
+
 def test_relational_loss_is_zero_when_the_batch_cosines_match_the_teachers():
     """Only the batch's cosine matrix counts: a rotated and rescaled copy of the targets has the same one."""
     targets = torch.randn(12, 6)
