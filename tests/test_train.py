@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -339,21 +340,27 @@ def test_init_from_starts_from_the_model_table(tiny_model_file, tmp_path):
     assert not torch.equal(moved.embedding.weight, init.embedding.weight)
 
 
+def teacher_fixture(folder: Path, seed: int, dim: int) -> tuple[list[str], np.ndarray]:
+    """sentences.txt and vectors.npy (random teacher vectors, one per sentence), and pairs.tsv to train on."""
+    sentences = generated_sentences(200, seed)
+    (folder / "sentences.txt").write_text("\n".join(sentences) + "\n")
+    vectors = np.random.default_rng(seed).standard_normal((200, dim)).astype(np.float16)
+    np.save(folder / "vectors.npy", vectors)
+    pairs = zip(generated_sentences(300, 11), generated_sentences(300, 12), strict=True)
+    (folder / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+    return sentences, vectors.astype(np.float32)
+
+
 def test_distillation_pulls_sentences_toward_their_targets(tiny_model_file, tmp_path):
     """With only the distillation loss, sentence vectors move toward their target vectors."""
-    sentences = generated_sentences(200, 13)
-    (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n")
-    targets = np.random.default_rng(0).standard_normal((200, 16)).astype(np.float16)
-    np.save(tmp_path / "targets.npy", targets)
-    pairs = zip(generated_sentences(300, 11), generated_sentences(300, 12), strict=True)
-    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+    sentences, targets = teacher_fixture(tmp_path, 13, 16)
 
     def mean_cosine(model_file):
         vectors = models.load_model(model_file).embed_raw_text(sentences)
-        return float(models.cosine(vectors, targets.astype(np.float32)).mean())
+        return float(models.cosine(vectors, targets).mean())
 
     args = ["--train-file", tmp_path / "pairs.tsv", "--output-dir", tmp_path / "run", "--init-from", tiny_model_file]
-    args += ["--distill", tmp_path / "sentences.txt", tmp_path / "targets.npy", "--margin-weight", "0"]
+    args += ["--distill", tmp_path / "sentences.txt", tmp_path / "vectors.npy", "--margin-weight", "0"]
     assert train.main([*map(str, args), "--max-steps", "60", "--megabatch-size", "1", "--lr", "0.05"]) == 0
     assert mean_cosine(tmp_path / "run/model.pt") > mean_cosine(tiny_model_file) + 0.2
 
@@ -367,12 +374,7 @@ def test_distillation_pulls_sentences_toward_their_targets(tiny_model_file, tmp_
 def test_relate_moves_the_cosines_toward_another_teachers(tiny_model_file, tmp_path):
     """--relate alone (vectors of another dimension than the model's) brings the model's cosine matrix of those
     sentences closer to that teacher's."""
-    sentences = generated_sentences(200, 14)
-    (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n")
-    vectors = np.random.default_rng(1).standard_normal((200, 24)).astype(np.float32)
-    np.save(tmp_path / "vectors.npy", vectors)
-    pairs = zip(generated_sentences(300, 11), generated_sentences(300, 12), strict=True)
-    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+    sentences, vectors = teacher_fixture(tmp_path, 14, 24)
 
     def relational(model_file):
         model = models.load_model(model_file)
