@@ -302,8 +302,7 @@ class Model(nn.Module):
         """Cosine of every row of `a` with every row of `b`, (len(a), len(b)), as sentence-transformers'
         `similarity`: each side is a list of sentences or an array of vectors from `encode`."""
         a, b = (np.asarray(x) if isinstance(x, np.ndarray | torch.Tensor) else self.encode(x) for x in (a, b))
-        unit = [x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) for x in (a, b)]
-        return unit[0] @ unit[1].T
+        return unit_rows(a) @ unit_rows(b).T
 
     def checkpoint(self, extra_config: dict | None = None, half: bool = False) -> dict:
         """The self-contained checkpoint: table, tokenizers, LSTM weights and config, as plain data."""
@@ -380,6 +379,11 @@ class SPModel(Model):
             state["piece_rows"] = torch.from_numpy(self.piece_rows)
             state["unk_row"] = self.unk_row
         return state
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Each row scaled to length 1 (a zero row stays zero)."""
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:

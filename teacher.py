@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 from paraphrastic.fileio import InputError, atomic_path, cli_parser, iter_line_chunks, open_input, read_lines, run_cli
-from paraphrastic.models import ModelError, SPModel, Tokenizer, flatten, native_bf16
+from paraphrastic.models import ModelError, SPModel, Tokenizer, flatten, native_bf16, unit_rows
 
 DEFAULT_TEACHER = "all-MiniLM-L6-v2"
 USE_TEACHER = "use-multilingual-v3"
@@ -188,8 +188,7 @@ def encode_teachers(teachers: dict, texts: list[str], cache_dir: Path | None = N
     every teacher counts alike; a teacher pair of different makings (all-MiniLM-L6-v2 and USE) beats either."""
     parts = []
     for name, teacher in teachers.items():
-        vectors = encode_cached(teacher, name, texts, cache_dir).astype(np.float32)
-        parts.append(vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12))
+        parts.append(unit_rows(encode_cached(teacher, name, texts, cache_dir).astype(np.float32)))
     return np.concatenate(parts, 1)
 
 

@@ -445,7 +445,9 @@ class Trainer:
             else None
         )
         self.relate = (
-            DistillStream(model, *config.relate, config.distill_batch_size or config.batch_size, config.seed + 1, True)
+            DistillStream(
+                model, *config.relate, config.distill_batch_size or config.batch_size, config.seed + 1, any_dim=True
+            )
             if config.relate
             else None
         )

@@ -20,22 +20,19 @@ import os
 from pathlib import Path
 
 import numpy as np
-from multilingual_text import spans  # a sibling script
+from multilingual_relate import teacher_views  # sibling scripts
+from multilingual_text import spans
 
 from paraphrastic import knn
 from paraphrastic.evaluate import score_sts_file
 from paraphrastic.fileio import read_lines
-from paraphrastic.models import load_model
+from paraphrastic.models import load_model, unit_rows
 from paraphrastic.teacher import DEFAULT_TEACHER, E5_TEACHER, USE_TEACHER, encode_cached, load_teacher
 
 
 def distractors(data: Path, start: int = 200_000, count: int = 20_000) -> list[str]:
     with gzip.open(data / "train" / "en_text" / "enwiki_2018_articles.txt.gz", "rt", encoding="utf-8") as f:
         return [line.strip() for line in itertools.islice(f, start, start + count)]
-
-
-def unit(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
 def agreement(cosines: np.ndarray, reference: np.ndarray) -> float:
@@ -52,12 +49,9 @@ def teacher_figures(heldout: Path, teacher, outsider) -> dict[str, float]:
     for path in sorted(heldout.glob("heldout.*.tsv")):
         en, xx = (list(side) for side in zip(*(line.split("\t") for line in read_lines(path)), strict=True))
         lang = path.stem.split(".")[1]
-        judged = encode_cached(outsider, DEFAULT_TEACHER, en).astype(np.float32)
-        reference = unit(judged) @ unit(judged).T
-        use = unit(encode_cached(teacher, USE_TEACHER, xx).astype(np.float32))
-        centred = encode_cached(e5, E5_TEACHER, xx, shard=2000).astype(np.float32)
-        centred = unit(centred - centred.mean(0))
-        views = {"use": use @ use.T, "e5": centred @ centred.T}
+        judged = unit_rows(encode_cached(outsider, DEFAULT_TEACHER, en).astype(np.float32))
+        use, centred = teacher_views(teacher, e5, xx)
+        reference, views = judged @ judged.T, {"use": use @ use.T, "e5": centred @ centred.T}
         views["mean"] = (views["use"] + views["e5"]) / 2
         out |= {f"outside-{name}-{lang}": agreement(view, reference) for name, view in views.items()}
     return out

@@ -12,11 +12,19 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from multilingual_dev import unit  # sibling scripts
-from multilingual_text import spans
+from multilingual_text import spans  # a sibling script
 
 from paraphrastic.fileio import atomic_output, read_lines
+from paraphrastic.models import unit_rows
 from paraphrastic.teacher import E5_TEACHER, USE_TEACHER, encode_cached, load_teacher, save_npy
+
+
+def teacher_views(use, e5, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """USE's vectors of `texts` and e5's, centred on `texts`, each row of unit length (e5 in shards of 2,000: slow)."""
+    centred = encode_cached(e5, E5_TEACHER, texts, shard=2000).astype(np.float32)
+    centred -= centred.mean(0)
+    return unit_rows(encode_cached(use, USE_TEACHER, texts).astype(np.float32)), unit_rows(centred)
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -29,9 +37,7 @@ if __name__ == "__main__":
     texts, rows = [], []
     for lang in args.langs:
         cut = spans(read_lines(args.run / f"mono.{lang}.txt"), args.spans, f"e5-{lang}")
-        centred = encode_cached(e5, E5_TEACHER, cut, shard=2000).astype(np.float32)
-        centred -= centred.mean(0)
-        rows.append(np.concatenate([unit(encode_cached(use, USE_TEACHER, cut).astype(np.float32)), unit(centred)], 1))
+        rows.append(np.concatenate(teacher_views(use, e5, cut), 1))
         texts += cut
     with atomic_output(args.out / "relate.txt", "w") as f:
         f.write("".join(t + "\n" for t in texts))
