@@ -8,7 +8,8 @@
 #   2. a 64,000-piece unigram sentencepiece model on all of it, lowercased, raw Chinese, character coverage 0.9995;
 #   3. USE vectors of every sentence and every piece (scripts/multilingual_targets.py); each sentence's target is
 #      the teacher's vector of itself, except that both sides of a bitext pair get the vector of the English side;
-#      PCA to 300 fitted on 200,000 targets; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3;
+#      PCA to 300 fitted on 200,000 targets; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3; the
+#      Arabic sentences (monolingual and bitext) are taught twice over (REPEAT=ar=2): the language whose figures lag;
 #   4. 30,000 spans of 3-10 words of the Arabic monolingual text, each with USE's and multilingual-e5-small's
 #      vectors side by side (scripts/multilingual_relate.py): a second teacher's view of short Arabic text;
 #   5. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
@@ -24,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
-vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5}
+vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5} repeat=${REPEAT:-ar=2}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -42,7 +43,7 @@ out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "sp.tmp").write_bytes(train_sentencepiece(out / "lower.txt", vocab, character_coverage=0.9995))
 (out / "sp.tmp").rename(out / "sp.model")
 PY
-[ -f "$out/targets.npy" ] || step teacher python scripts/multilingual_targets.py "$out" "$out" --dim "$dim"
+[ -f "$out/targets.txt" ] || step teacher python scripts/multilingual_targets.py "$out" "$out" --dim "$dim" --repeat $repeat
 [ -f "$out/relate.npy" ] || step relate python scripts/multilingual_relate.py "$out" "$out" --langs ar --spans 30000
 [ -f "$out/pairs.tsv" ] || { cut -f1,2 "$out/bitext.tsv" > "$out/pairs.tmp" && mv "$out/pairs.tmp" "$out/pairs.tsv"; }
 models=()
@@ -53,7 +54,7 @@ for seed in $(seq 1 "$seeds"); do  # the same run with different seeds (data ord
     resume=; [ -f '$run/resume.pt' ] && resume=--resume
     paraphrastic-train --init-from '$out/init.pt' --output-dir '$run' \$resume --seed $seed \
       --train-file '$out/pairs.tsv' --mode bitext --margin-weight 1 --megabatch-size 4 \
-      --distill '$out/distill.txt' '$out/targets.npy' --distill-batch-size 512 --distill-relational 80 \
+      --distill '$out/targets.txt' '$out/targets.npy' --distill-batch-size 512 --distill-relational 80 \
       --relate '$out/relate.txt' '$out/relate.npy' --relate-weight $relate \
       --lr 0.001 --max-steps $steps --save-every 1000 && touch '$run/done'"
 done
