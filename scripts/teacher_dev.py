@@ -1,0 +1,60 @@
+"""Teachers, alone and side by side, scored on the English dev sets that choose the default model: STS 2017
+en-en, STS Benchmark dev and STS 2012 train (Pearson x 100 of the cosines of the teachers' own vectors). A
+combination is what teacher.encode_teachers builds: each teacher's vectors at unit length, set side by side.
+Vectors are cached like every teacher's (teacher.encode_cached). No test set is read.
+
+    python scripts/teacher_dev.py all-MiniLM-L6-v2 use-multilingual-v3 all-mpnet-base-v2 [--data-dir ../shared/data]
+"""
+
+import argparse
+import itertools
+import os
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import pearsonr
+
+from paraphrastic.fileio import read_lines
+from paraphrastic.models import unit_rows
+from paraphrastic.teacher import encode_teachers, load_teacher
+
+
+def dev_sets(data: Path) -> dict[str, tuple[np.ndarray, list[str], list[str]]]:
+    """Each dev set's (gold scores, first sentences, second sentences)."""
+    files = {
+        "sts17-en": [data / "sts" / "2017" / "en-en.tsv"],
+        "stsb-dev": [data / "sts" / "en" / "stsb" / "dev.tsv"],
+        "sts12-train": sorted((data / "sts" / "en" / "2012-train").glob("*.tsv")),
+    }
+    out = {}
+    for name, paths in files.items():
+        rows = [line.split("\t") for path in paths for line in read_lines(path)]
+        out[name] = (np.array([float(r[0]) for r in rows]), [r[1] for r in rows], [r[2] for r in rows])
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("teachers", nargs="+", help="teacher names (teacher.load_teacher)")
+    p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("PARAPHRASTIC_DATA", "../shared/data")))
+    args = p.parse_args()
+    sets = dev_sets(args.data_dir)
+    texts = sorted({t for _, a, b in sets.values() for t in a + b})
+    row = {t: i for i, t in enumerate(texts)}
+    vectors = {name: encode_teachers({name: load_teacher(name)}, texts) for name in args.teachers}
+    width = len(" + ".join(args.teachers))
+    print(f"{'teachers':{width}s} " + " ".join(f"{name:>11s}" for name in sets) + "   mean")
+    for k in range(1, len(args.teachers) + 1):
+        for combo in itertools.combinations(args.teachers, k):
+            both = unit_rows(np.concatenate([vectors[name] for name in combo], 1))
+            figures = [
+                100 * pearsonr((both[[row[t] for t in a]] * both[[row[t] for t in b]]).sum(1), gold)[0]
+                for gold, a, b in sets.values()
+            ]
+            print(
+                f"{' + '.join(combo):{width}s} " + " ".join(f"{f:11.1f}" for f in figures) + f"  {np.mean(figures):.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
