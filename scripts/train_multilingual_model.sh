@@ -10,7 +10,7 @@
 #      the teacher's vector of itself, except that both sides of a bitext pair get the vector of the English side;
 #      PCA to 300 fitted on 200,000 targets; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3; the
 #      Arabic sentences (monolingual and bitext) are taught twice over (REPEAT=ar=2): the language whose figures lag;
-#   4. 30,000 spans of 3-10 words of the Arabic monolingual text, each with USE's and multilingual-e5-small's
+#   4. SPANS (30,000) spans of 3-10 words of the Arabic monolingual text, each with USE's and multilingual-e5-small's
 #      vectors side by side (scripts/multilingual_relate.py): a second teacher's view of short Arabic text;
 #   5. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
 #      mega-batches of 4 x 128 pairs) plus distillation (1 - cos toward the target, 512 sentences an update) plus
@@ -26,6 +26,7 @@ cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
 vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5} repeat=${REPEAT:-ar=2}
+spans=${SPANS:-30000}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -44,7 +45,7 @@ out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "sp.tmp").rename(out / "sp.model")
 PY
 [ -f "$out/targets.txt" ] || step teacher python scripts/multilingual_targets.py "$out" "$out" --dim "$dim" --repeat $repeat
-[ -f "$out/relate.npy" ] || step relate python scripts/multilingual_relate.py "$out" "$out" --langs ar --spans 30000
+[ -f "$out/relate.npy" ] || step relate python scripts/multilingual_relate.py "$out" "$out" --langs ar --spans "$spans"
 [ -f "$out/pairs.tsv" ] || { cut -f1,2 "$out/bitext.tsv" > "$out/pairs.tmp" && mv "$out/pairs.tmp" "$out/pairs.tsv"; }
 models=()
 for seed in $(seq 1 "$seeds"); do  # the same run with different seeds (data order), averaged by center_model.py
