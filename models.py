@@ -17,6 +17,7 @@ import json
 import os
 import pickle
 import platform
+import string
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -807,11 +808,22 @@ def read_sp_model(path: str | os.PathLike) -> bytes:
     return data
 
 
+def ascii_marks_in(text_file: str | os.PathLike) -> str:
+    """The ASCII digits and punctuation marks that occur in a text file (read in chunks), in a fixed order."""
+    marks, seen = string.digits + string.punctuation, set()
+    with open(text_file, encoding="utf-8") as f:
+        while chunk := f.read(1 << 24):
+            seen.update(c for c in marks if c not in seen and c in chunk)
+    return "".join(c for c in marks if c in seen)
+
+
 def train_sentencepiece(
     text_file: str | os.PathLike, vocab_size: int, num_threads: int | None = None, character_coverage: float = 0.995
 ) -> bytes:
-    """Train a unigram sentencepiece model and return its bytes (raise `character_coverage` for text with
-    many characters, such as Chinese).
+    """Train a unigram sentencepiece model and return its bytes. Characters outside the most frequent
+    `character_coverage` of the text become unknown (raise it for text with many characters, such as Chinese),
+    except the ASCII digits and punctuation marks it holds, which are always pieces: without that, English Wikipedia
+    at 0.995 lost the digits 4, 6 and 7, '?', '%' and '!'.
 
     The text should already be lowercased for a lowercasing model. `vocab_size` is an upper bound: a small
     text gets the pieces it supports (sentencepiece's soft limit), so tiny corpora still train.
@@ -824,6 +836,7 @@ def train_sentencepiece(
         vocab_size=vocab_size,
         hard_vocab_limit=False,
         character_coverage=character_coverage,
+        required_chars=ascii_marks_in(text_file),
         input_sentence_size=2_000_000,
         shuffle_input_sentence=True,
         num_threads=num_threads or os.cpu_count() or 1,

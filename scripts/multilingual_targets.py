@@ -6,9 +6,11 @@ vector of the English side; PCA to --dim is fitted on 200,000 targets, and the t
 vectors times a / (a + p(piece)), a = 1e-3. Writes OUT/init.pt, OUT/targets.npy and OUT/targets.txt (line i is
 the sentence of row i) in the order of the run's distill.txt (monolingual, bitext foreign sides, bitext English
 sides, English), then, with --repeat LANG=N, N - 1 more copies of LANG's rows (its monolingual sentences and bitext
-foreign sides): more of each update's distillation batch for a language whose figures lag.
+foreign sides): more of each update's distillation batch for a language whose figures lag. With --second-teacher LANG,
+LANG's monolingual sentences are taught a mix of two teachers (mix_teachers): USE's vector and multilingual-e5-small's
+mapped into USE's space, e5's share --second-weight (e5 is slow: about 40 news sentences a second on 2 cores).
 
-    python scripts/multilingual_targets.py runs/multilingual runs/multilingual --repeat ar=2   # the full run
+    python scripts/multilingual_targets.py runs/multilingual runs/multilingual --repeat ar=2 --second-teacher ar
     python scripts/multilingual_targets.py runs/multilingual runs/probe --max-sentences 50000
 
 With --max-sentences (a dev probe) only the first N monolingual sentences per language and N English ones are
@@ -22,8 +24,9 @@ import numpy as np
 import torch
 
 from paraphrastic.fileio import atomic_output, read_lines
-from paraphrastic.models import SPModel, Tokenizer
+from paraphrastic.models import SPModel, Tokenizer, unit_rows
 from paraphrastic.teacher import (
+    E5_TEACHER,
     USE_TEACHER,
     encode_cached,
     fit_pca,
@@ -36,6 +39,15 @@ from paraphrastic.teacher import (
 
 LANGS = ("ar", "de", "es", "fr", "ru", "tr", "zh")
 
+
+def mix_teachers(use: np.ndarray, e5: np.ndarray, weight: float) -> np.ndarray:
+    """Unit rows: (1 - weight) x USE's unit vectors + weight x e5's mapped into USE's space, by the least-squares affine
+    map fitted on these same sentences: one target that carries both teachers' views (a probe; the card has it)."""
+    use, e5 = use.astype(np.float32), np.c_[e5.astype(np.float32), np.ones(len(e5), np.float32)]
+    mapping, *_ = np.linalg.lstsq(e5, use, rcond=None)
+    return unit_rows((1 - weight) * unit_rows(use) + weight * unit_rows(e5 @ mapping))
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run", type=Path, help="the run's folder (text from multilingual_text.py, sp.model)")
@@ -43,6 +55,8 @@ if __name__ == "__main__":
     p.add_argument("--max-sentences", type=int, help="a probe: monolingual sentences per language, and English ones")
     p.add_argument("--dim", type=int, default=300)
     p.add_argument("--repeat", nargs="*", default=[], metavar="LANG=N", help="teach LANG's sentences N times over")
+    p.add_argument("--second-teacher", nargs="*", default=[], metavar="LANG", help="LANG's sentences: USE and e5")
+    p.add_argument("--second-weight", type=float, default=0.5, help="e5's share of those targets (default 0.5)")
     args = p.parse_args()
     repeat = {lang: int(n) for lang, n in (item.split("=") for item in args.repeat)}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -57,7 +71,13 @@ if __name__ == "__main__":
         vectors.append(encode_cached(teacher, USE_TEACHER, lines) if targets is None else targets)
 
     for lang in LANGS:
-        add(read_lines(args.run / f"mono.{lang}.txt")[: args.max_sentences], lang)
+        lines = read_lines(args.run / f"mono.{lang}.txt")[: args.max_sentences]
+        if lang in args.second_teacher:
+            e5 = encode_cached(load_teacher(E5_TEACHER), E5_TEACHER, lines)
+            mixed = mix_teachers(encode_cached(teacher, USE_TEACHER, lines), e5, args.second_weight)
+            add(lines, lang, mixed.astype(np.float16))
+        else:
+            add(lines, lang)
     add([pair[1] for pair in pairs], [pair[2] for pair in pairs], english_sides)
     add([pair[0] for pair in pairs], "en", english_sides)
     add(read_lines(args.run / "en.txt")[: args.max_sentences], "en")

@@ -10,6 +10,8 @@
 #      the teacher's vector of itself, except that both sides of a bitext pair get the vector of the English side;
 #      PCA to 300 fitted on 200,000 targets; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3; the
 #      Arabic sentences (monolingual and bitext) are taught twice over (REPEAT=ar=2): the language whose figures lag;
+#      SECOND=ar (a probe, not the shipped recipe) mixes the Arabic monolingual sentences' targets: USE's vector and
+#      multilingual-e5-small's mapped into USE's space (e5's share SECOND_WEIGHT=0.5; e5: ~40 sentences/s on 2 cores);
 #   4. SPANS (30,000) spans of 3-10 words of the Arabic monolingual text, each with USE's and multilingual-e5-small's
 #      vectors side by side (scripts/multilingual_relate.py): a second teacher's view of short Arabic text;
 #   5. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
@@ -26,7 +28,7 @@ cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
 vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5} repeat=${REPEAT:-ar=2}
-spans=${SPANS:-30000}
+spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -44,7 +46,8 @@ out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "sp.tmp").write_bytes(train_sentencepiece(out / "lower.txt", vocab, character_coverage=0.9995))
 (out / "sp.tmp").rename(out / "sp.model")
 PY
-[ -f "$out/targets.txt" ] || step teacher python scripts/multilingual_targets.py "$out" "$out" --dim "$dim" --repeat $repeat
+[ -f "$out/targets.txt" ] || step teacher python scripts/multilingual_targets.py "$out" "$out" --dim "$dim" --repeat $repeat \
+  --second-teacher $second --second-weight "$second_weight"
 [ -f "$out/relate.npy" ] || step relate python scripts/multilingual_relate.py "$out" "$out" --langs ar --spans "$spans"
 [ -f "$out/pairs.tsv" ] || { cut -f1,2 "$out/bitext.tsv" > "$out/pairs.tmp" && mv "$out/pairs.tmp" "$out/pairs.tsv"; }
 models=()

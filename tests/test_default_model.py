@@ -15,6 +15,12 @@ def test_default_model_is_shipped_small_and_loads_without_a_path():
     assert model.embed_raw_text(["A man is playing a guitar."]).shape == (1, model.dim)
 
 
+def test_default_model_reads_every_digit_and_common_punctuation():
+    tokenizer = models.load_model().tokenizer
+    text = ["0 1 2 3 4 5 6 7 8 9 ? ! % $ & ; : /"]
+    assert tokenizer.unk_id not in tokenizer.encode(text)[0]
+
+
 def test_default_model_reproduces_its_sts_figure(shared_data, tmp_path):
     out = tmp_path / "eval.json"
     args = ["--tasks", "sts,stsb", "--data-dir", str(shared_data), "--json", str(out)]

@@ -179,3 +179,13 @@ def test_bags_take_slice_and_cat_match_a_per_bag_reference():
     assert as_lists(bags.take(idx)) == [rows[i] for i in idx.tolist()]
     assert as_lists(bags.slice(4, 9)) == rows[4:9] and as_lists(bags.slice(9, 12)) == rows[9:]
     assert as_lists(bags.slice(0, 2).cat(bags.slice(10, 12))) == rows[:2] + rows[10:]
+
+
+def test_sentencepiece_keeps_every_digit_and_punctuation_mark_however_rare(tmp_path):
+    lines = generated_sentences(3000, 5)
+    lines = [f"{line} {i // 5 % 10}" if i % 5 == 0 else line for i, line in enumerate(lines)]  # each digit ~0.05%
+    lines += ["was it here? café 100%"] * 60  # '?', '%' and 'é' as rare as a digit
+    (tmp_path / "text.txt").write_text("\n".join(lines).lower() + "\n")
+    tokenizer = models.Tokenizer(models.train_sentencepiece(tmp_path / "text.txt", 300, 1), lowercase=True)
+    assert not any(tokenizer.unk_id in ids for ids in tokenizer.encode(["7", "?", "%"]))
+    assert tokenizer.encode(["é"])[0].count(tokenizer.unk_id) == 1  # other rare characters stay unknown

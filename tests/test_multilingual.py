@@ -44,6 +44,20 @@ def test_distillation_pulls_a_foreign_side_toward_its_english_target(tmp_path):
     assert np.mean(similarity.argmax(1) == np.arange(len(english))) > 0.5  # each finds its own English line
 
 
+def test_a_second_teacher_is_mapped_into_the_first_ones_space_before_mixing():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from multilingual_targets import mix_teachers
+
+    rng = np.random.default_rng(0)
+    use = models.unit_rows(rng.standard_normal((400, 16)).astype(np.float32))
+    image = use @ rng.standard_normal((16, 24)) + 3.0  # a second teacher that is an affine image of the first
+    for weight in (0.5, 1.0):  # the map undoes it, so any mix is the first teacher's own vectors
+        np.testing.assert_allclose(mix_teachers(use, image, weight), use, atol=1e-4)
+    unrelated = mix_teachers(use, rng.standard_normal((400, 24)), 0.5)
+    np.testing.assert_allclose(np.linalg.norm(unrelated, axis=1), 1.0, rtol=1e-5)
+    assert np.abs(unrelated - use).max() > 0.1
+
+
 @pytest.fixture(scope="module")
 def multilingual():
     return models.load_model("multilingual")
