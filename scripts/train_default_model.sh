@@ -4,8 +4,9 @@
 # ~/.cache/paraphrastic). Each step prints its time.
 #   1. the distillation text: the distinct English sentences of the training data (captions, ASSET, English sides of
 #      the bitext without Tatoeba-Challenge; no STS-family text), then the 1.16M Wikipedia sentences of train/en_text;
-#   2. a 48,000-piece unigram sentencepiece model on that text, lowercased, every ASCII digit and punctuation mark a
-#      piece (before, the digits 4, 6, 7 and "?", "%", "!" were unknown: too rare for character coverage 0.995);
+#   2. a 48,000-piece unigram sentencepiece model on that text, lowercased, every ASCII letter, digit and punctuation
+#      mark a piece (before, the letters j, q, z, the digits 4, 6, 7 and "?", "%", "!" were unknown: too rare for
+#      character coverage 0.995), folding accents, curly quotes and dashes to ASCII ("café" reads as "cafe");
 #   3. two teachers' vectors of every piece and of the first LABELLED sentences (360,000: the training data's own
 #      268,011 and the first 91,989 Wikipedia ones): all-MiniLM-L6-v2 and multilingual USE v3, each scaled to unit
 #      length and set side by side (teacher.encode_teachers); the slow step (the model card gives its time);
@@ -36,7 +37,7 @@ from pathlib import Path
 from paraphrastic.models import train_sentencepiece
 out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "lower.txt").write_text((out / "distill.txt").read_text(encoding="utf-8").lower(), encoding="utf-8")
-(out / "sp.tmp").write_bytes(train_sentencepiece(out / "lower.txt", vocab))
+(out / "sp.tmp").write_bytes(train_sentencepiece(out / "lower.txt", vocab, folding=True))
 (out / "sp.tmp").rename(out / "sp.model")
 PY
 head -n "$labelled" "$out/distill.txt" > "$out/labelled.txt"  # the sentences the teacher labels (targets.npy's rows)

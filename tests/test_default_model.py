@@ -15,10 +15,15 @@ def test_default_model_is_shipped_small_and_loads_without_a_path():
     assert model.embed_raw_text(["A man is playing a guitar."]).shape == (1, model.dim)
 
 
-def test_default_model_reads_every_digit_and_common_punctuation():
+def test_default_model_reads_every_letter_digit_and_common_punctuation():
     tokenizer = models.load_model().tokenizer
-    text = ["0 1 2 3 4 5 6 7 8 9 ? ! % $ & ; : /"]
+    text = ["the quick brown fox jumps over the lazy dog 0 1 2 3 4 5 6 7 8 9 ? ! % $ & ; : /"]
     assert tokenizer.unk_id not in tokenizer.encode(text)[0]
+
+
+def test_default_model_reads_accents_curly_quotes_and_dashes_as_their_ascii_forms():
+    tokenizer = models.load_model().tokenizer
+    assert tokenizer.encode(["Café “naïve” don’t 1990–95"]) == tokenizer.encode(['cafe "naive" don\'t 1990-95'])
 
 
 def test_default_model_reproduces_its_sts_figure(shared_data, tmp_path):

@@ -2,6 +2,7 @@
 
 import argparse
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -181,11 +182,26 @@ def test_bags_take_slice_and_cat_match_a_per_bag_reference():
     assert as_lists(bags.slice(0, 2).cat(bags.slice(10, 12))) == rows[:2] + rows[10:]
 
 
-def test_sentencepiece_keeps_every_digit_and_punctuation_mark_however_rare(tmp_path):
+def rare_marks_text(path: Path) -> Path:
+    """Generated sentences where each digit, 'j', '?', '%', 'é', '’', '“' and '–' is rarer than coverage keeps."""
     lines = generated_sentences(3000, 5)
     lines = [f"{line} {i // 5 % 10}" if i % 5 == 0 else line for i, line in enumerate(lines)]  # each digit ~0.05%
-    lines += ["was it here? café 100%"] * 60  # '?', '%' and 'é' as rare as a digit
-    (tmp_path / "text.txt").write_text("\n".join(lines).lower() + "\n")
-    tokenizer = models.Tokenizer(models.train_sentencepiece(tmp_path / "text.txt", 300, 1), lowercase=True)
-    assert not any(tokenizer.unk_id in ids for ids in tokenizer.encode(["7", "?", "%"]))
+    lines += ["was it jazz? café 100% don’t “go” 1990–95"] * 60  # as rare as a digit
+    path.write_text("\n".join(lines).lower() + "\n")
+    return path
+
+
+def test_sentencepiece_keeps_every_ascii_letter_digit_and_punctuation_mark_however_rare(tmp_path):
+    tokenizer = models.Tokenizer(
+        models.train_sentencepiece(rare_marks_text(tmp_path / "t.txt"), 300, 1), lowercase=True
+    )
+    assert not any(tokenizer.unk_id in ids for ids in tokenizer.encode(["7", "j", "?", "%"]))
     assert tokenizer.encode(["é"])[0].count(tokenizer.unk_id) == 1  # other rare characters stay unknown
+
+
+def test_a_folding_sentencepiece_model_reads_accents_curly_quotes_and_dashes_as_ascii(tmp_path):
+    sp = models.train_sentencepiece(rare_marks_text(tmp_path / "t.txt"), 300, 1, folding=True)
+    tokenizer = models.Tokenizer(sp, lowercase=True)
+    folded, plain = tokenizer.encode(["Café don’t “go” 1990–95\u200b", 'cafe don\'t "go" 1990-95'])
+    assert folded == plain and tokenizer.unk_id not in folded
+    assert tokenizer.encode(["фото"])[0].count(tokenizer.unk_id) == 1  # other scripts stay unknown
