@@ -28,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
-vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5} repeat=${REPEAT:-ar=2}
+vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-16} relate=${RELATE:-5} repeat=${REPEAT:-ar=2}
 spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
