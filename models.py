@@ -818,7 +818,9 @@ def ascii_marks_in(text_file: str | os.PathLike, folding: bool = False) -> str:
     with open(text_file, encoding="utf-8") as f:
         while chunk := f.read(1 << 24):
             chars = set(chunk)
-            seen |= chars | {c for char in chars if folding and not char.isascii() for c in fold(char)}
+            if folding:
+                chars |= {c for char in chars if not char.isascii() for c in fold(char)}
+            seen |= chars
     return "".join(c for c in marks if c in seen)
 
 

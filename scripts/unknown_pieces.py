@@ -9,6 +9,7 @@ import itertools
 from collections import Counter
 from pathlib import Path
 
+from paraphrastic.encoders import cased
 from paraphrastic.fileio import open_binary
 from paraphrastic.models import load_model
 
@@ -24,9 +25,8 @@ def main() -> None:
     for name in args.models:
         tokenizer = load_model(name).sp_tokenizer
         sp, unknown, lines_with = tokenizer.sp, Counter(), 0
-        for line in lines:
-            text = line.lower() if tokenizer.lowercase else line
-            pieces = [p.surface for p in sp.encode(text, return_type="proto").pieces if p.id == sp.unk_id()]
+        for proto in sp.encode(cased(lines, tokenizer.lowercase), return_type="proto"):
+            pieces = [p.surface for p in proto.pieces if p.id == sp.unk_id()]
             lines_with += bool(pieces)
             unknown.update(pieces)
         top = ", ".join(f"{text!r} {n}" for text, n in unknown.most_common(10))
