@@ -47,6 +47,8 @@ from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output
 
 FORMAT = "paraphrastic-sp"
 FORMAT_VERSION = 1
+INT8_VERSION = 2  # a table stored as int8 rows with row scales; earlier readers refuse it by version, not as corrupt
+PRECISIONS = ("float32", "float16", "int8")
 LEGACY_UNK = "UUUNKKK"  # the unknown-token row of the original toolkit's released models
 MAX_SP_BYTES = 256 << 20  # sentencepiece models of even a million pieces are a few tens of MB
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
@@ -308,15 +310,21 @@ class Model(nn.Module):
         a, b = (np.asarray(x) if isinstance(x, np.ndarray | torch.Tensor) else self.encode(x) for x in (a, b))
         return unit_rows(a) @ unit_rows(b).T
 
-    def checkpoint(self, extra_config: dict | None = None, half: bool = False) -> dict:
-        """The self-contained checkpoint: table, tokenizers, LSTM weights and config, as plain data."""
+    def checkpoint(self, extra_config: dict | None = None, precision: str = "float32") -> dict:
+        """The self-contained checkpoint: table, tokenizers, LSTM weights and config, as plain data. The table is
+        stored in `precision` (PRECISIONS); it is computed in float32 whatever it is stored in."""
+        if precision not in PRECISIONS:
+            raise ModelError(f"precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
         table = self.embedding.weight.detach().cpu()
         state = {
             "format": FORMAT,
-            "format_version": FORMAT_VERSION,
+            "format_version": INT8_VERSION if precision == "int8" else FORMAT_VERSION,
             "config": _plain({**self.config, **(extra_config or {})}),
-            "embedding": table.half() if half else table.clone(),
         }
+        if precision == "int8":
+            state["embedding"], state["embedding_scale"] = quantize_rows(table)
+        else:
+            state["embedding"] = table.half() if precision == "float16" else table.clone()
         sp = [t for t in self.tokenizers if t.kind == "sp"]
         if sp:
             state["sp_model"] = sp[0].sp_model
@@ -325,10 +333,10 @@ class Model(nn.Module):
             state["lstm"] = {k: v.detach().cpu().clone() for k, v in self.lstms.state_dict().items()}
         return state
 
-    def save(self, path: str | os.PathLike, extra_config: dict | None = None, half: bool = False) -> None:
+    def save(self, path: str | os.PathLike, extra_config: dict | None = None, precision: str = "float32") -> None:
         """Write the checkpoint atomically."""
         with atomic_output(path) as f:
-            torch.save(self.checkpoint(extra_config, half), f)
+            torch.save(self.checkpoint(extra_config, precision), f)
 
 
 class SPModel(Model):
@@ -377,8 +385,8 @@ class SPModel(Model):
             lengths = np.bincount(owner[keep], minlength=len(lengths)).astype(np.int64)
         return Bags.of(*fill_empty(flat, lengths, self.unk_row))
 
-    def checkpoint(self, extra_config: dict | None = None, half: bool = False) -> dict:
-        state = super().checkpoint(extra_config, half)
+    def checkpoint(self, extra_config: dict | None = None, precision: str = "float32") -> dict:
+        state = super().checkpoint(extra_config, precision)
         if self.piece_rows is not None:
             state["piece_rows"] = torch.from_numpy(self.piece_rows)
             state["unk_row"] = self.unk_row
@@ -715,12 +723,14 @@ def model_path(path: str | os.PathLike | None) -> Path:
 def from_checkpoint(state: dict, path: str | os.PathLike) -> Model:
     """A model from the contents of one of our checkpoint files (`Model.checkpoint()`)."""
     version = state.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ModelError(f"{path}: format version {version} is not supported (this toolkit reads {FORMAT_VERSION})")
+    if version not in (FORMAT_VERSION, INT8_VERSION):
+        raise ModelError(
+            f"{path}: format version {version} is not supported (this toolkit reads {FORMAT_VERSION} and {INT8_VERSION})"
+        )
     config = state.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("lowercase"), bool):
         raise ModelError(f"{path}: no valid config in the model file (it is corrupt)")
-    table = checked_table(state.get("embedding"), path)
+    table = checked_table(dequantized(state, path) if version == INT8_VERSION else state.get("embedding"), path)
     if config.get("encoder", "sp") != "sp":
         return _general_from_native(state, config, table, path)
     tokenizer = _sp_tokenizer(state, config, path)
@@ -760,6 +770,22 @@ def _general_from_native(state: dict, config: dict, table: torch.Tensor, path: P
     except RuntimeError as e:
         raise ModelError(f"{path}: the LSTM weights do not fit the model ({_first_sentence(e)})") from None
     return model
+
+
+def quantize_rows(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row as int8 values times its own bfloat16 scale (about its largest |value| / 127): a quarter of the
+    bytes of float32, and every value within half a step of the original."""
+    scale = (table.abs().amax(1, keepdim=True) / 127).bfloat16().clamp_min(torch.finfo(torch.bfloat16).tiny)
+    return torch.round(table / scale.float()).clamp(-127, 127).to(torch.int8), scale
+
+
+def dequantized(state: dict, path: Path) -> torch.Tensor:
+    """The float32 table of an int8 checkpoint (`quantize_rows`)."""
+    table, scale = state.get("embedding"), state.get("embedding_scale")
+    fits = isinstance(table, torch.Tensor) and table.dtype == torch.int8 and table.ndim == 2
+    if not fits or not isinstance(scale, torch.Tensor) or tuple(scale.shape) != (len(table), 1):
+        raise ModelError(f"{path}: the int8 table and its row scales do not fit (the file is corrupt)")
+    return table.float() * scale.float()
 
 
 def checked_table(table, path: Path) -> torch.Tensor:

@@ -1,11 +1,12 @@
 """The last step of a recipe: centre a trained SP model's rows on a sample of its training sentences and whiten
-them by the power that scores best on the dev sets (mean Pearson; `teacher.center_rows`), then save it in float16.
+them by the power that scores best on the dev sets (mean Pearson; `teacher.center_rows`), then save it in float16
+(or --precision int8: a quarter of float32's bytes, for a wider table within the same file size).
 Given several trained models (one recipe run with different seeds), their tables are averaged first
 (`teacher.average_rows`). Only dev sets choose; the powers tried and their dev figures are printed.
 
     python scripts/center_model.py TRAINED.pt [TRAINED2.pt ...] SENTENCES.txt OUT.pt --dev-file A.tsv B.tsv ...
         [--powers 0 0.1 0.2]
-        [--config '{"multilingual": true}']
+        [--config '{"multilingual": true}'] [--precision int8]
 """
 
 import argparse
@@ -17,12 +18,17 @@ import numpy as np
 
 from paraphrastic.evaluate import score_sts_file
 from paraphrastic.fileio import read_lines
-from paraphrastic.models import load_model
+from paraphrastic.models import PRECISIONS, from_checkpoint, load_model
 from paraphrastic.teacher import average_rows, center_rows
 
 
 def dev_mean(model, dev_files: list[Path]) -> float:
     return float(np.mean([score_sts_file(model, path)["pearson"] for path in dev_files]))
+
+
+def stored(model, precision: str):
+    """The model as it reads back from a file in `precision`: the dev sets judge what ships."""
+    return model if precision == "float32" else from_checkpoint(model.checkpoint(precision=precision), Path("model"))
 
 
 def main() -> None:
@@ -35,6 +41,9 @@ def main() -> None:
         "--powers", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6], help="whitening powers"
     )
     p.add_argument("--config", type=json.loads, default={}, help="JSON object merged into the saved model's config")
+    p.add_argument(
+        "--precision", choices=PRECISIONS, default="float16", help="how the table is stored (default %(default)s)"
+    )
     args = p.parse_args()
     lines = read_lines(args.sentences)
     sample = [lines[i] for i in np.random.default_rng(0).choice(len(lines), min(100_000, len(lines)), replace=False)]
@@ -43,13 +52,13 @@ def main() -> None:
     for power in args.powers:
         model = copy.deepcopy(averaged)
         center_rows(model, sample, whiten=power)
-        score = dev_mean(model, args.dev_file)
+        score = dev_mean(stored(model, args.precision), args.dev_file)
         print(f"whitening power {power}: dev mean {score:.2f}", flush=True)
         if best is None or score > best[0]:
             best = (score, power, model)
     score, power, model = best
     model.config.update(centered=True, whitening=power, **args.config)
-    model.save(args.out, half=True)
+    model.save(args.out, precision=args.precision)
     print(f"kept power {power} (dev mean {score:.2f}): {args.out}")
 
 

@@ -21,7 +21,8 @@
 #      on 512 of the spans of step 4 toward the two teachers' mean cosines; lr 0.001, STEPS updates; SEEDS
 #      times, with seeds 1, 2, ... (the data order);
 #   6. the mean of the SEEDS tables, then every row minus the mean vector of 100,000 training sentences
-#      (scripts/center_model.py --powers 0: centred, not whitened), float16; then the dev figures
+#      (scripts/center_model.py --powers 0: centred, not whitened), stored in PRECISION (float16; int8 lets
+#      DIM=512 fit the size limit); then the dev figures
 #      (scripts/multilingual_dev.py) and the test figures.
 # Needs `pip install -e .[multilingual]`. Usage: bash scripts/train_multilingual_model.sh [OUT_DIR (runs/multilingual)]
 set -euo pipefail
@@ -29,7 +30,7 @@ cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
 vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-16} relate=${RELATE:-5} repeat=${REPEAT:-ar=2}
-spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5}
+spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5} precision=${PRECISION:-float16}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -65,6 +66,7 @@ for seed in $(seq 1 "$seeds"); do  # the same run with different seeds (data ord
 done
 langs='["en", "ar", "de", "es", "fr", "ru", "tr", "zh"]'
 step center python scripts/center_model.py "${models[@]}" "$out/distill.txt" data/models/multilingual.pt --powers 0 \
+  --precision "$precision" \
   --dev-file "$data/sts/2017/en-en.tsv" "$data/sts/en/stsb/dev.tsv" "$out/sts12-train.tsv" \
   --config "{\"multilingual\": true, \"languages\": $langs}"
 step dev python scripts/multilingual_dev.py data/models/multilingual.pt --heldout "$out" --data-dir "$data"

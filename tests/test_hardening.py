@@ -420,6 +420,9 @@ def test_structurally_wrong_checkpoints_are_refused(tiny_model, tmp_path):
         "piece rows out of range": good | {"piece_rows": torch.full((len(tiny_model.tokenizer),), 10**6), "unk_row": 0},
         "unk row out of range": good | {"piece_rows": torch.zeros(len(tiny_model.tokenizer), dtype=torch.long), "unk_row": -5},
         "legacy without embedding": {"state_dict": {}, "vocab": {models.LEGACY_UNK: 0}},
+        "int8 without row scales": good | {"format_version": models.INT8_VERSION, "embedding": good["embedding"].to(torch.int8)},
+        "int8 scales mismatch": good | {"format_version": models.INT8_VERSION, "embedding": good["embedding"].to(torch.int8),
+                                        "embedding_scale": torch.ones(3, 1)},
     }  # fmt: skip
     sp = tmp_path / "sp.model"
     sp.write_bytes(good["sp_model"])
@@ -629,13 +632,14 @@ def test_save_load_is_exact(sp_bytes, tmp_path):
     tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
 
     @PROPERTY
-    @given(st.integers(1, 24), st.integers(0, 2**32 - 1), st.booleans(), st.booleans())
-    def check(dim, seed, lowercase, half):
+    @given(st.integers(1, 24), st.integers(0, 2**32 - 1), st.booleans(), st.sampled_from(models.PRECISIONS))
+    def check(dim, seed, lowercase, precision):
         table = torch.randn(len(tokenizer), dim, generator=torch.Generator().manual_seed(seed)) * 10
         model = models.SPModel(models.Tokenizer(sp_bytes, lowercase), table)
-        model.save(tmp_path / "m.pt", half=half)
+        model.save(tmp_path / "m.pt", precision=precision)
         loaded = models.load_model(tmp_path / "m.pt")
-        expect = table.half().float() if half else table
+        values, scale = models.quantize_rows(table)
+        expect = {"float32": table, "float16": table.half().float(), "int8": values.float() * scale}[precision]
         assert torch.equal(loaded.embedding.weight.detach(), expect) and loaded.tokenizer.lowercase == lowercase
         assert loaded.tokenizer.sp_model == tokenizer.sp_model and loaded.dim == dim
 

@@ -79,12 +79,31 @@ def test_save_load_round_trip_is_exact(tiny_model, tmp_path):
     assert not list(tmp_path.glob("*.tmp")), "no temporary file is left behind"
 
 
-def test_half_precision_checkpoint_is_close(tiny_model, tmp_path):
-    tiny_model.save(tmp_path / "h.pt", half=True)
+@pytest.mark.parametrize("precision, atol", [("float16", 2e-3), ("int8", 2e-2)])
+def test_lower_precision_checkpoint_is_close(tiny_model, tmp_path, precision, atol):
+    tiny_model.save(tmp_path / "h.pt", precision=precision)
     loaded = load_model(tmp_path / "h.pt")
     assert loaded.embedding.weight.dtype == torch.float32
     texts = generated_sentences(20, seed=5)
-    np.testing.assert_allclose(loaded.embed_raw_text(texts), tiny_model.embed_raw_text(texts), atol=2e-3)
+    np.testing.assert_allclose(loaded.embed_raw_text(texts), tiny_model.embed_raw_text(texts), atol=atol)
+
+
+def test_int8_rows_are_within_half_a_step_and_a_quarter_of_the_bytes(tiny_model, tmp_path):
+    table = tiny_model.embedding.weight.detach()
+    values, scale = models.quantize_rows(table)
+    assert values.dtype == torch.int8 and int(values.abs().max()) == 127
+    assert torch.all((values.float() * scale - table).abs() <= scale / 2 + 1e-7)
+    sizes = {}
+    for precision in ("float32", "int8"):
+        tiny_model.save(tmp_path / f"{precision}.pt", precision=precision)
+        sizes[precision] = len(torch.load(tmp_path / f"{precision}.pt")["embedding"].numpy().tobytes())
+    assert sizes["int8"] * 4 == sizes["float32"]
+
+
+def test_unknown_precision_is_refused(tiny_model, tmp_path):
+    with pytest.raises(models.ModelError, match="precision 'int4'"):
+        tiny_model.save(tmp_path / "m.pt", precision="int4")
+    assert not (tmp_path / "m.pt").exists()
 
 
 class Payload:
