@@ -843,10 +843,9 @@ def ascii_marks_in(text_file: str | os.PathLike, folding: bool = False) -> str:
     marks, seen = string.ascii_letters + string.digits + string.punctuation, set()
     with open(text_file, encoding="utf-8") as f:
         while chunk := f.read(1 << 24):
-            chars = set(chunk)
-            if folding:
-                chars |= {c for char in chars if not char.isascii() for c in fold(char)}
-            seen |= chars
+            seen.update(chunk)
+    if folding:
+        seen |= {c for char in seen if not char.isascii() for c in fold(char)}
     return "".join(c for c in marks if c in seen)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from scipy.stats import pearsonr
 
 from paraphrastic.fileio import read_lines
-from paraphrastic.models import load_model, unit_rows
+from paraphrastic.models import cosine, load_model
 from paraphrastic.teacher import encode_teachers, load_teacher
 
 
@@ -34,11 +34,11 @@ def main() -> None:
     ]:
         target = encode_teachers(teachers, texts)
         i, j = np.random.default_rng(0).integers(0, len(texts), (2, 20_000))
-        teacher_cos = (target[i] * target[j]).sum(1)
+        teacher_cos = cosine(target[i], target[j])
         for name, model in models.items():
-            v = unit_rows(model.embed_raw_text(texts))
+            v = model.embed_raw_text(texts)
             print(
-                f"{kind:9s} {len(texts):5d} sentences  {name}: {100 * pearsonr((v[i] * v[j]).sum(1), teacher_cos)[0]:.2f}"
+                f"{kind:9s} {len(texts):5d} sentences  {name}: {100 * pearsonr(cosine(v[i], v[j]), teacher_cos)[0]:.2f}"
             )
 
 
