@@ -5,8 +5,8 @@
 #   1. the distillation text: the distinct English sentences of the training data (captions, ASSET, English sides of
 #      the bitext without Tatoeba-Challenge; no STS-family text), then the 1.16M Wikipedia sentences of train/en_text;
 #   2. an 80,000-piece (VOCAB) unigram sentencepiece model on that text, lowercased, every ASCII letter, digit and
-#      punctuation mark a piece (before, the letters j, q, z, the digits 4, 6, 7 and "?", "%", "!" were unknown: too rare for
-#      character coverage 0.995), folding accents, curly quotes and dashes to ASCII ("café" reads as "cafe");
+#      punctuation mark a piece (before, the letters j, q, z, the digits 4, 6, 7 and "?", "%", "!" were unknown: too
+#      rare for character coverage 0.995), folding accents, curly quotes and dashes to ASCII ("café" reads as "cafe");
 #   3. two teachers' vectors of every piece and of the first LABELLED sentences (360,000: the training data's own
 #      268,011 and the first 91,989 Wikipedia ones): all-MiniLM-L6-v2 and multilingual USE v3, each scaled to unit
 #      length and set side by side (teacher.encode_teachers); the slow step (the model card gives its time);
