@@ -87,10 +87,13 @@ OUTPUTS = ("model.pt", "best.pt", "resume.pt", "sp.model", SP_INPUT)  # names wh
 FIXED_ON_RESUME = (
     "mode", "dim", "batch_size", "megabatch_size", "megabatch_anneal", "lr", "delta", "dropout",
     "grad_clip", "one_sided", "seed", "mine_precision", "distill_weight", "distill_batch_size",
-    "distill_relational", "relate_weight", "margin_weight", "model", "combine", "scramble_rate", "max_types",
+    "distill_relational", "distill_contrastive", "distill_temperature", "relate_weight", "margin_weight", "model",
+    "combine", "scramble_rate", "max_types",
 )  # fmt: skip
 LATER_SETTINGS = {
     "distill_relational": 0.0,
+    "distill_contrastive": 0.0,
+    "distill_temperature": 0.1,
     "relate": None,
     "relate_weight": 1.0,
 }  # settings newer than some saved runs: their value in those runs
@@ -270,6 +273,15 @@ def relational_loss(vectors: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
     ranks the sentences of a batch against each other, which is what STS and retrieval measure."""
     s, t = F.normalize(vectors, dim=1), F.normalize(targets, dim=1)
     return (s @ s.T - t @ t.T).pow(2).mean()
+
+
+def contrastive_loss(vectors: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """In-batch InfoNCE, both ways: each sentence's vector must be nearer its own teacher target than the batch's
+    other targets (cosine / temperature), and each target nearer its own sentence. It teaches which sentences are
+    near which, as STS asks, where the cosine loss only pulls each vector toward its target."""
+    logits = F.normalize(vectors, dim=1) @ F.normalize(targets, dim=1).T / temperature
+    labels = torch.arange(len(logits), device=logits.device)
+    return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
 
 
 def scramble(ids: torch.Tensor, offsets: torch.Tensor, rate: float) -> torch.Tensor:
@@ -603,6 +615,10 @@ class Trainer:
             loss = loss + self.config.distill_weight * distill_loss(taught, targets)
             if self.config.distill_relational:
                 loss = loss + self.config.distill_relational * relational_loss(taught, targets)
+            if self.config.distill_contrastive:
+                loss = loss + self.config.distill_contrastive * contrastive_loss(
+                    taught, targets, self.config.distill_temperature
+                )
         if self.relate is not None:
             loss = loss + self.config.relate_weight * relational_loss(vectors[-len(relations) :], relations)
         loss.backward()
@@ -750,6 +766,8 @@ class Config:
     distill: tuple[Path, Path] | None
     distill_weight: float
     distill_relational: float
+    distill_contrastive: float
+    distill_temperature: float
     distill_batch_size: int | None
     relate: tuple[Path, Path] | None
     relate_weight: float
@@ -900,6 +918,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=0.0,
         help="weight of a loss matching the batch's cosine matrix to the teacher's (default 0: off)",
+    )
+    p.add_argument(
+        "--distill-contrastive",
+        type=float,
+        default=0.0,
+        help="weight of an in-batch InfoNCE loss: each sentence nearest its own target among the batch's "
+        "(default 0: off; the English default model uses 20)",
+    )
+    p.add_argument(
+        "--distill-temperature",
+        type=at_least(0.001, float),
+        default=0.1,
+        help="temperature of --distill-contrastive's cosines (default %(default)s)",
     )
     p.add_argument(
         "--distill-batch-size", type=at_least(1), help="sentences per distillation batch (default: --batch-size)"

@@ -12,9 +12,10 @@
 #      length and set side by side (teacher.encode_teachers); the slow step (the model card gives its time);
 #      PCA to DIM (256) fitted on those sentence vectors; the table = PCA'd piece vectors x a / (a + p(piece)),
 #      a = 1e-3;
-#   4. paraphrastic-train: distillation only (1 - cos toward the PCA'd teacher vector), 512 sentences per update,
-#      lr 0.001, 3000 updates; best.pt chosen every 500 on the mean of STS 2017 en-en, STS Benchmark dev and
-#      STS 2012 train;
+#   4. paraphrastic-train: distillation only: 1 - cos toward the PCA'd teacher vector, plus CONTRASTIVE (20) x an
+#      in-batch InfoNCE loss (each sentence nearest its own target among the batch's, temperature 0.1; CONTRASTIVE=0
+#      turns it off), 512 sentences per update, lr 0.001, 6000 updates; best.pt chosen every 500 on the
+#      mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train;
 #   5. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose
 #      (scripts/center_model.py), stored in PRECISION (int8: one bfloat16 scale per row, so that 80,000 rows fit
 #      25 MiB; 48,000 pieces at float16 made the previous default). DIM=512 VOCAB=48000 makes the wider model the
@@ -25,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3}
+vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -69,6 +70,7 @@ PY
   paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume \
     --train-file '$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz' --margin-weight 0 --megabatch-size 1 \
     --distill '$out/labelled.txt' '$out/targets.npy' --distill-batch-size 512 \
-    --lr 0.001 --max-steps 3000 --save-every 500 --dev-file $(printf "'%s' " "${dev[@]}")&& touch '$out/train/done'"
+    --distill-contrastive $contrastive --distill-temperature 0.1 \
+    --lr 0.001 --max-steps 6000 --save-every 500 --dev-file $(printf "'%s' " "${dev[@]}")&& touch '$out/train/done'"
 step center python scripts/center_model.py "$out/train/best.pt" "$out/distill.txt" data/models/default.pt --precision "$precision" --dev-file "${dev[@]}"
 step evaluate paraphrastic-evaluate --load-file data/models/default.pt --tasks sts,sts17,stsb,sick --json "$out/eval.json"

@@ -1,9 +1,10 @@
 """The shipped English model: loads with no path, and reproduces the figures its model card states."""
 
 import json
+import sys
 
 import pytest
-from conftest import stated_figure
+from conftest import ROOT, stated_figure
 
 from paraphrastic import evaluate, models
 
@@ -35,6 +36,20 @@ def test_default_model_reproduces_its_sts_figure(shared_data, tmp_path):
     assert results["stsb"]["sets"]["dev"]["pearson"] == pytest.approx(
         stated_figure("STS Benchmark dev Pearson"), abs=0.5
     )
+
+
+def test_dev_parts_score_the_dev_sets_as_evaluate_does(shared_data):
+    """scripts/dev_parts.py (the model card's forum figures): its whole-set figures are evaluate.py's, and the
+    forum part is the harder one, as the card says."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from dev_parts import dev_figures
+
+    model = models.load_model()
+    figures = dev_figures(model, shared_data)
+    stsb = shared_data / "sts" / "en" / "stsb" / "dev.tsv"
+    assert figures["stsb-dev"] == pytest.approx(evaluate.score_sts_file(model, stsb)["pearson"], abs=1e-6)
+    assert figures["mean"] == pytest.approx((figures["sts17-en"] + figures["stsb-dev"] + figures["sts12-train"]) / 3)
+    assert figures["forum"] < min(figures["captions"], figures["news"])
 
 
 def test_shipped_model_carries_nothing_of_the_machine_it_was_made_on():

@@ -391,6 +391,35 @@ def test_relate_moves_the_cosines_toward_another_teachers(tiny_model_file, tmp_p
     assert after < 0.8 * before
 
 
+def test_contrastive_loss_matches_a_loop_over_sentences():
+    """InfoNCE both ways, written out one sentence at a time: -log softmax of its own target's cosine / temperature
+    among all targets, and the same for each target among all sentences."""
+    vectors, targets, tau = torch.randn(7, 5), torch.randn(7, 5), 0.1
+    cos = torch.nn.functional.cosine_similarity(vectors[:, None], targets[None], dim=2) / tau
+    rows = [-(cos[i].softmax(0)[i]).log() for i in range(7)]
+    columns = [-(cos[:, i].softmax(0)[i]).log() for i in range(7)]
+    expected = (sum(rows) + sum(columns)) / 14
+    assert float(train.contrastive_loss(vectors, targets, tau)) == pytest.approx(float(expected), rel=1e-5)
+    assert train.contrastive_loss(targets * 3, targets, 0.01) < 1e-3  # each vector is its own target's nearest
+
+
+def test_contrastive_distillation_ranks_each_sentence_nearest_its_target(tiny_model_file, tmp_path):
+    """--distill-contrastive alone (no cosine loss) lowers the in-batch InfoNCE of the distilled sentences."""
+    sentences, targets = teacher_fixture(tmp_path, 15, 16)
+
+    def infonce(model_file):
+        vectors = torch.from_numpy(models.load_model(model_file).embed_raw_text(sentences))
+        return float(train.contrastive_loss(vectors, torch.from_numpy(targets), 0.1))
+
+    args = ["--train-file", tmp_path / "pairs.tsv", "--output-dir", tmp_path / "run", "--init-from", tiny_model_file]
+    args += ["--distill", tmp_path / "sentences.txt", tmp_path / "vectors.npy", "--margin-weight", "0"]
+    args += ["--distill-weight", "0", "--distill-contrastive", "1", "--distill-batch-size", "50"]
+    assert train.main([*map(str, args), "--max-steps", "60", "--megabatch-size", "1", "--lr", "0.05"]) == 0
+    before, after = infonce(tiny_model_file), infonce(tmp_path / "run/model.pt")
+    print(f"InfoNCE {before:.3f} before, {after:.3f} after")
+    assert after < 0.8 * before
+
+
 def test_relational_loss_is_zero_when_the_batch_cosines_match_the_teachers():
     """Only the batch's cosine matrix counts: a rotated and rescaled copy of the targets has the same one."""
     targets = torch.randn(12, 6)
