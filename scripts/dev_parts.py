@@ -6,29 +6,21 @@ questions; news, 1001-1500). The forum part is where a static student lags its t
 """
 
 import argparse
+import os
 from pathlib import Path
 
 import numpy as np
+from teacher_dev import dev_sets
 
-from paraphrastic.evaluate import Pairs, correlations, pair_cosines, read_sts_pairs
+from paraphrastic.evaluate import correlations, pair_cosines
 from paraphrastic.models import load_model
 
 PARTS = {"captions": slice(0, 625), "forum": slice(625, 1000), "news": slice(1000, 1500)}
 
 
-def concatenated(paths: list[Path]) -> Pairs:
-    """One set of the pairs of several files (STS 2012 train is three)."""
-    sets = [read_sts_pairs(p) for p in paths]
-    return Pairs(sum((s.s1 for s in sets), []), sum((s.s2 for s in sets), []), np.concatenate([s.gold for s in sets]))
-
-
 def dev_figures(model, data: Path) -> dict[str, float]:
     """Pearson x 100 of each dev set, their mean, and each part of the STS Benchmark dev set."""
-    sets = {
-        "sts17-en": read_sts_pairs(data / "sts" / "2017" / "en-en.tsv"),
-        "stsb-dev": read_sts_pairs(data / "sts" / "en" / "stsb" / "dev.tsv"),
-        "sts12-train": concatenated(sorted((data / "sts" / "en" / "2012-train").glob("*.tsv"))),
-    }
+    sets = dev_sets(data)  # the same sets, read the same way, as the teachers' dev figures
     cos = pair_cosines(model, sets)
     out = {k: correlations(cos[k], sets[k].gold)["pearson"] for k in sets}
     out["mean"] = float(np.mean(list(out.values())))
@@ -41,7 +33,12 @@ def dev_figures(model, data: Path) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="+", help="model files or names (default, multilingual)")
-    p.add_argument("--data-dir", type=Path, default=Path("../shared/data"), help="(default %(default)s)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(os.environ.get("PARAPHRASTIC_DATA", "../shared/data")),
+        help="(default %(default)s)",
+    )
     args = p.parse_args()
     names = ["sts17-en", "stsb-dev", "sts12-train", "mean", *PARTS]
     print("| model | " + " | ".join(names) + " |\n" + "|---" * (len(names) + 1) + "|")
