@@ -228,6 +228,85 @@ def encode_teachers(teachers: dict, texts: list[str], cache_dir: Path | None = N
     return np.concatenate(parts, 1)
 
 
+def word_vectors_of_shard(teacher, sentences: list[str], batch_size: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(words, mean output, count) of each lowercased word of `sentences`: a sentence-transformers teacher's
+    contextual outputs, a word's output the mean of its wordpieces', averaged over every occurrence."""
+    tokenizer, encoder = teacher.tokenizer, teacher[0].auto_model.eval()
+    index: dict[str, int] = {}
+    dim = embedding_dimension(teacher)
+    sums, counts = torch.zeros(0, dim), torch.zeros(0)
+    bf16 = native_bf16(teacher.device)
+    sentences = sorted(sentences, key=len)  # batches of like length pad less; the means do not depend on order
+    for start in range(0, len(sentences), batch_size):
+        batch = sentences[start : start + batch_size]
+        enc = tokenizer(
+            batch,
+            padding=True,
+            truncation=True,
+            max_length=teacher.max_seq_length,
+            return_tensors="pt",
+            return_offsets_mapping=True,
+        )
+        offsets = enc.pop("offset_mapping").tolist()
+        with torch.inference_mode(), torch.autocast(teacher.device.type, dtype=torch.bfloat16, enabled=bf16):
+            hidden = encoder(**enc.to(teacher.device)).last_hidden_state.float().cpu()
+        occurrence = torch.full(hidden.shape[:2], -1)  # token -> its word occurrence in the batch
+        words = []  # word occurrence -> word id
+        for b, text in enumerate(batch):
+            spans: dict[int, list[int]] = {}
+            for t, w in enumerate(enc.word_ids(b)):
+                if w is not None:
+                    spans.setdefault(w, [t, t])[1] = t
+            for first, last in spans.values():
+                word = text[offsets[b][first][0] : offsets[b][last][1]].lower()
+                occurrence[b, first : last + 1] = len(words)
+                words.append(index.setdefault(word, len(index)))
+        tokens = occurrence >= 0
+        per_word = torch.zeros(len(words), dim).index_add_(0, occurrence[tokens], hidden[tokens])
+        per_word /= torch.bincount(occurrence[tokens], minlength=len(words))[:, None]
+        if len(index) > len(counts):
+            sums = torch.cat([sums, torch.zeros(len(index) - len(counts), dim)])
+            counts = torch.cat([counts, torch.zeros(len(index) - len(counts))])
+        ids = torch.tensor(words, dtype=torch.long)
+        sums.index_add_(0, ids, per_word)
+        counts.index_add_(0, ids, torch.ones(len(ids)))
+    return list(index), (sums / counts.clamp(min=1)[:, None]).numpy(), counts.numpy()
+
+
+def contextual_word_vectors(
+    teacher, name: str, sentences: list[str], min_count: int = 3, cache_dir: Path | None = None, shard: int = 10_000
+) -> tuple[list[str], np.ndarray]:
+    """The words seen at least `min_count` times in `sentences`, most frequent first, and each one's mean contextual
+    output of a sentence-transformers teacher, centred: targets for `train.py --relate`, so that the static table
+    learns how words relate in context. Shards are cached by content, as in `encode_cached`."""
+    folder = (cache_dir or cache_root() / "teacher") / (name.replace("/", "--") + "-words")
+    folder.mkdir(parents=True, exist_ok=True)
+    index: dict[str, int] = {}
+    sums, counts = np.zeros((0, embedding_dimension(teacher)), np.float32), np.zeros(0)
+    with tqdm(total=len(sentences), unit="sent", desc=f"words {name}", file=sys.stderr) as bar:
+        for start in range(0, len(sentences), shard):
+            part = sentences[start : start + shard]
+            key = hashlib.sha256("\n".join([name, *part]).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+            path = folder / f"{key}.npz"
+            if not path.exists():
+                words, means, n = word_vectors_of_shard(teacher, part, 128)
+                with atomic_path(path) as tmp, open(tmp, "wb") as f:
+                    np.savez(f, words=np.array(words), means=means.astype(np.float16), counts=n)
+            saved = np.load(path)
+            ids = np.array([index.setdefault(w, len(index)) for w in saved["words"].tolist()], dtype=np.int64)
+            sums = np.concatenate([sums, np.zeros((len(index) - len(sums), sums.shape[1]), np.float32)])
+            counts = np.concatenate([counts, np.zeros(len(index) - len(counts))])
+            sums[ids] += saved["counts"][:, None] * saved["means"].astype(np.float32)  # a shard's words are distinct
+            counts[ids] += saved["counts"]
+            bar.update(len(part))
+    words = list(index)
+    kept = [i for i in np.lexsort((words, -counts)) if counts[i] >= min_count and words[i].strip()]
+    if not kept:
+        raise InputError(f"no word is seen {min_count} times in the {len(sentences)} sentences")
+    vectors = sums[kept] / counts[kept, None]
+    return [words[i] for i in kept], vectors - vectors.mean(0)
+
+
 def piece_texts(tokenizer: Tokenizer) -> list[str]:
     """Each piece as plain text for the teacher: the word-start mark becomes nothing."""
     sp = tokenizer.sp

