@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -193,28 +194,36 @@ def embedding_dimension(teacher) -> int:
     return get()
 
 
+def cached_shards(
+    name: str, texts: list[str], desc: str, cache_dir: Path | None, shard: int, suffix: str = ".npy"
+) -> Iterator[tuple[int, list[str], Path]]:
+    """(start, texts, cache path) of each shard of `texts`, with a progress bar: the path is keyed by the teacher's
+    name and the shard's content, so an interrupted run resumes and a later run over the same shards finds them."""
+    folder = (cache_dir or cache_root() / "teacher") / name.replace("/", "--")
+    folder.mkdir(parents=True, exist_ok=True)
+    with tqdm(total=len(texts), unit="sent", desc=f"{desc} {name}", file=sys.stderr) as bar:
+        for start in range(0, len(texts), shard):
+            part = texts[start : start + shard]
+            key = hashlib.sha256("\n".join([name, *part]).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+            yield start, part, folder / f"{key}{suffix}"
+            bar.update(len(part))
+
+
 def encode_cached(
     teacher, name: str, texts: list[str], cache_dir: Path | None = None, shard: int = 10_000, batch_size: int = 128
 ) -> np.ndarray:
     """The teacher's vectors of `texts` (float16), computed in shards of `shard` texts, each saved under a key
     of the teacher's name and the shard's content: an interrupted run resumes, and any later run over the
     same texts (in the same shards) finds them. bf16 autocast where the CPU or GPU does bf16 natively."""
-    folder = (cache_dir or cache_root() / "teacher") / name.replace("/", "--")
-    folder.mkdir(parents=True, exist_ok=True)
     device = teacher.device
     bf16 = native_bf16(device)
     out = np.empty((len(texts), embedding_dimension(teacher)), dtype=np.float16)
-    with tqdm(total=len(texts), unit="sent", desc=f"teacher {name}", file=sys.stderr) as bar:
-        for start in range(0, len(texts), shard):
-            part = texts[start : start + shard]
-            key = hashlib.sha256("\n".join([name, *part]).encode("utf-8", "surrogatepass")).hexdigest()[:32]
-            path = folder / f"{key}.npy"
-            if not path.exists():
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                    vectors = teacher.encode(part, batch_size=batch_size, convert_to_numpy=True)
-                save_npy(path, vectors.astype(np.float16))
-            out[start : start + len(part)] = np.load(path)
-            bar.update(len(part))
+    for start, part, path in cached_shards(name, texts, "teacher", cache_dir, shard):
+        if not path.exists():
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                vectors = teacher.encode(part, batch_size=batch_size, convert_to_numpy=True)
+            save_npy(path, vectors.astype(np.float16))
+        out[start : start + len(part)] = np.load(path)
     return out
 
 
@@ -279,26 +288,19 @@ def contextual_word_vectors(
     """The words seen at least `min_count` times in `sentences`, most frequent first, and each one's mean contextual
     output of a sentence-transformers teacher, centred: targets for `train.py --relate`, so that the static table
     learns how words relate in context. Shards are cached by content, as in `encode_cached`."""
-    folder = (cache_dir or cache_root() / "teacher") / (name.replace("/", "--") + "-words")
-    folder.mkdir(parents=True, exist_ok=True)
     index: dict[str, int] = {}
     sums, counts = np.zeros((0, embedding_dimension(teacher)), np.float32), np.zeros(0)
-    with tqdm(total=len(sentences), unit="sent", desc=f"words {name}", file=sys.stderr) as bar:
-        for start in range(0, len(sentences), shard):
-            part = sentences[start : start + shard]
-            key = hashlib.sha256("\n".join([name, *part]).encode("utf-8", "surrogatepass")).hexdigest()[:32]
-            path = folder / f"{key}.npz"
-            if not path.exists():
-                words, means, n = word_vectors_of_shard(teacher, part, 128)
-                with atomic_path(path) as tmp, open(tmp, "wb") as f:
-                    np.savez(f, words=np.array(words), means=means.astype(np.float16), counts=n)
-            saved = np.load(path)
-            ids = np.array([index.setdefault(w, len(index)) for w in saved["words"].tolist()], dtype=np.int64)
-            sums = np.concatenate([sums, np.zeros((len(index) - len(sums), sums.shape[1]), np.float32)])
-            counts = np.concatenate([counts, np.zeros(len(index) - len(counts))])
-            sums[ids] += saved["counts"][:, None] * saved["means"].astype(np.float32)  # a shard's words are distinct
-            counts[ids] += saved["counts"]
-            bar.update(len(part))
+    for _, part, path in cached_shards(name, sentences, "words", cache_dir, shard, suffix="-words.npz"):
+        if not path.exists():
+            words, means, n = word_vectors_of_shard(teacher, part, 128)
+            with atomic_path(path) as tmp, open(tmp, "wb") as f:
+                np.savez(f, words=np.array(words), means=means.astype(np.float16), counts=n)
+        saved = np.load(path)
+        ids = np.array([index.setdefault(w, len(index)) for w in saved["words"].tolist()], dtype=np.int64)
+        sums = np.concatenate([sums, np.zeros((len(index) - len(sums), sums.shape[1]), np.float32)])
+        counts = np.concatenate([counts, np.zeros(len(index) - len(counts))])
+        sums[ids] += saved["counts"][:, None] * saved["means"].astype(np.float32)  # a shard's words are distinct
+        counts[ids] += saved["counts"]
     words = list(index)
     kept = [i for i in np.lexsort((words, -counts)) if counts[i] >= min_count and words[i].strip()]
     if not kept:
