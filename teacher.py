@@ -279,7 +279,7 @@ def word_vectors_of_shard(teacher, sentences: list[str], batch_size: int) -> tup
         ids = torch.tensor(words, dtype=torch.long)
         sums.index_add_(0, ids, per_word)
         counts.index_add_(0, ids, torch.ones(len(ids)))
-    return list(index), (sums / counts.clamp(min=1)[:, None]).numpy(), counts.numpy()
+    return list(index), (sums / counts[:, None]).numpy(), counts.numpy()
 
 
 def contextual_word_vectors(
