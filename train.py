@@ -87,13 +87,16 @@ OUTPUTS = ("model.pt", "best.pt", "resume.pt", "sp.model", SP_INPUT)  # names wh
 FIXED_ON_RESUME = (
     "mode", "dim", "batch_size", "megabatch_size", "megabatch_anneal", "lr", "delta", "dropout",
     "grad_clip", "one_sided", "seed", "mine_precision", "distill_weight", "distill_batch_size",
-    "distill_relational", "distill_contrastive", "distill_temperature", "relate_weight", "margin_weight", "model",
-    "combine", "scramble_rate", "max_types",
+    "distill_relational", "distill_contrastive", "distill_temperature", "distill_neighbours", "distill_pool",
+    "distill_soft", "relate_weight", "margin_weight", "model", "combine", "scramble_rate", "max_types",
 )  # fmt: skip
 LATER_SETTINGS = {
     "distill_relational": 0.0,
     "distill_contrastive": 0.0,
     "distill_temperature": 0.1,
+    "distill_neighbours": 0,
+    "distill_pool": 4096,
+    "distill_soft": 0.0,
     "relate": None,
     "relate_weight": 1.0,
 }  # settings newer than some saved runs: their value in those runs
@@ -275,12 +278,16 @@ def relational_loss(vectors: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
     return (s @ s.T - t @ t.T).pow(2).mean()
 
 
-def contrastive_loss(vectors: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+def contrastive_loss(
+    vectors: torch.Tensor, targets: torch.Tensor, temperature: float, soft: float = 0.0
+) -> torch.Tensor:
     """In-batch InfoNCE, both ways: each sentence's vector must be nearer its own teacher target than the batch's
     other targets (cosine / temperature), and each target nearer its own sentence. It teaches which sentences are
-    near which, as STS asks, where the cosine loss only pulls each vector toward its target."""
-    logits = F.normalize(vectors, dim=1) @ F.normalize(targets, dim=1).T / temperature
-    labels = torch.arange(len(logits), device=logits.device)
+    near which, as STS asks, where the cosine loss only pulls each vector toward its target. With `soft` > 0 the
+    labels are the teachers' own distribution over the batch (their cosines / soft) instead of one-hot."""
+    unit = F.normalize(targets, dim=1)
+    logits = F.normalize(vectors, dim=1) @ unit.T / temperature
+    labels = (unit @ unit.T / soft).softmax(1) if soft else torch.arange(len(logits), device=logits.device)
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
 
 
@@ -357,14 +364,24 @@ class LazyAdam:
 class DistillStream:
     """Sentences with teacher target vectors (train.py --distill), served in batches.
 
-    Batch k is a slice of a seeded permutation of one pass over the sentences, so the stream's position
-    follows from the step alone and resume needs no extra state.
+    Batch k is a slice of a seeded permutation of one pass over the sentences (with neighbours, those anchors and
+    their nearest in a pool seeded by the step), so the stream's position follows from the step alone and resume
+    needs no extra state.
     """
 
     def __init__(
-        self, model: Model, sentence_file: Path, target_file: Path, batch_size: int, seed: int, any_dim: bool = False
+        self,
+        model: Model,
+        sentence_file: Path,
+        target_file: Path,
+        batch_size: int,
+        seed: int,
+        any_dim: bool = False,
+        neighbours: int = 0,
+        pool: int = 4096,
     ):
-        self.model, self.batch_size, self.seed = model, batch_size, seed
+        self.model, self.seed, self.neighbours, self.pool = model, seed, neighbours, pool
+        self.anchors = max(batch_size // (neighbours + 1), 1)  # sentences drawn in order; the rest are neighbours
         threads = torch.get_num_threads()
         chunks = [model.token_ids(lines, threads) for lines in iter_line_chunks(sentence_file)]
         if not chunks:
@@ -382,7 +399,8 @@ class DistillStream:
                 f"vector per line of {sentence_file}" + ("" if any_dim else ", of the model's dimension")
             )
         self.targets = torch.from_numpy(np.array(targets, dtype=np.float32))
-        self.per_pass = max(len(self.lengths) // batch_size, 1)
+        self.unit = F.normalize(self.targets, dim=1) if neighbours else None
+        self.per_pass = max(len(self.lengths) // self.anchors, 1)
         self.order: tuple[int, np.ndarray] | None = None
 
     def batch(self, step: int, device: torch.device) -> tuple[Bags, torch.Tensor]:
@@ -390,9 +408,25 @@ class DistillStream:
         epoch, k = divmod(step, self.per_pass)
         if self.order is None or self.order[0] != epoch:
             self.order = (epoch, np.random.default_rng((self.seed, epoch)).permutation(len(self.lengths)))
-        idx = self.order[1][k * self.batch_size : (k + 1) * self.batch_size]
+        idx = self.order[1][k * self.anchors : (k + 1) * self.anchors]
+        if self.neighbours:
+            idx = self.with_neighbours(idx, step)
         bags = self.model.rows_and_offsets(*take_bags(self.flat, self.lengths, idx))
         return bags.to(device), self.targets[idx].to(device)
+
+    def with_neighbours(self, anchors: np.ndarray, step: int) -> np.ndarray:
+        """Each anchor followed by its `neighbours` nearest sentences, by the teachers' targets, among a random pool
+        of `pool` (the paper's mega-batch, mined with the teacher's similarity): hard negatives for the in-batch
+        contrastive term. A sentence drawn twice is kept once."""
+        rng = np.random.default_rng((self.seed, step, 1))
+        pool = torch.from_numpy(rng.choice(len(self.lengths), min(self.pool, len(self.lengths)), replace=False))
+        first = torch.from_numpy(anchors)
+        sim = self.unit[first] @ self.unit[pool].T
+        sim[pool[None, :] == first[:, None]] = -2  # never an anchor's own row
+        near = pool[sim.topk(min(self.neighbours, len(pool)), dim=1).indices]
+        idx = torch.cat([first[:, None], near], 1).ravel().numpy()
+        _, once = np.unique(idx, return_index=True)
+        return idx[np.sort(once)]
 
 
 class MegaBatch:
@@ -452,7 +486,14 @@ class Trainer:
         self.step = self.epoch = self.offset = self.inner = 0
         self.megabatch: MegaBatch | None = None
         self.distill = (
-            DistillStream(model, *config.distill, config.distill_batch_size or config.batch_size, config.seed)
+            DistillStream(
+                model,
+                *config.distill,
+                config.distill_batch_size or config.batch_size,
+                config.seed,
+                neighbours=config.distill_neighbours,
+                pool=config.distill_pool,
+            )
             if config.distill
             else None
         )
@@ -617,7 +658,7 @@ class Trainer:
                 loss = loss + self.config.distill_relational * relational_loss(taught, targets)
             if self.config.distill_contrastive:
                 loss = loss + self.config.distill_contrastive * contrastive_loss(
-                    taught, targets, self.config.distill_temperature
+                    taught, targets, self.config.distill_temperature, self.config.distill_soft
                 )
         if self.relate is not None:
             loss = loss + self.config.relate_weight * relational_loss(vectors[-len(relations) :], relations)
@@ -768,6 +809,9 @@ class Config:
     distill_relational: float
     distill_contrastive: float
     distill_temperature: float
+    distill_neighbours: int
+    distill_pool: int
+    distill_soft: float
     distill_batch_size: int | None
     relate: tuple[Path, Path] | None
     relate_weight: float
@@ -931,6 +975,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=at_least(0.001, float),
         default=0.1,
         help="temperature of --distill-contrastive's cosines (default %(default)s)",
+    )
+    p.add_argument(
+        "--distill-neighbours",
+        type=at_least(0),
+        default=0,
+        help="make each distillation batch of anchors and each one's K nearest sentences by the teachers' "
+        "targets in a random pool of --distill-pool (hard negatives for --distill-contrastive; default 0: random "
+        "batches)",
+    )
+    p.add_argument(
+        "--distill-pool",
+        type=at_least(1),
+        default=4096,
+        help="sentences a batch's neighbours are mined from (default %(default)s)",
+    )
+    p.add_argument(
+        "--distill-soft",
+        type=at_least(0.0, float),
+        default=0.0,
+        help="--distill-contrastive's labels: the teachers' own distribution over the batch at this temperature "
+        "(default 0: one-hot; the English default model uses 0.05 with --distill-neighbours 3)",
     )
     p.add_argument(
         "--distill-batch-size", type=at_least(1), help="sentences per distillation batch (default: --batch-size)"

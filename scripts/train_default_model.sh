@@ -17,7 +17,10 @@
 #   5. paraphrastic-train: distillation only: 1 - cos toward the PCA'd teacher vector, plus CONTRASTIVE (20) x an
 #      in-batch InfoNCE loss (each sentence nearest its own target among the batch's, temperature 0.1; CONTRASTIVE=0
 #      turns it off), plus RELATE (30) x the relational loss on batches of words (their cosines as the word-level
-#      targets'; RELATE=0 turns it off), 512 sentences per update, lr 0.001, 6000 updates; best.pt chosen every 500
+#      targets'; RELATE=0 turns it off), 512 sentences per update: 128 drawn in order, each followed by its
+#      NEIGHBOURS (3) nearest sentences by the teachers' targets among 4,096 drawn at random (hard negatives for the
+#      contrastive term, whose labels are the teachers' own distribution over the batch at temperature SOFT, 0.05;
+#      NEIGHBOURS=0 SOFT=0 give random batches and one-hot labels), lr 0.001, 6000 updates; best.pt chosen every 500
 #      on the mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train;
 #   6. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose
 #      (scripts/center_model.py), stored in PRECISION (int8: one bfloat16 scale per row, so that 80,000 rows fit
@@ -29,7 +32,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3}
+vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} neighbours=${NEIGHBOURS:-3} soft=${SOFT:-0.05} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -88,7 +91,8 @@ fi
   paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume \
     --train-file '$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz' --margin-weight 0 --megabatch-size 1 \
     --distill '$out/labelled.txt' '$out/targets.npy' --distill-batch-size 512 \
-    --distill-contrastive $contrastive --distill-temperature 0.1 $relate_args \
+    --distill-contrastive $contrastive --distill-temperature 0.1 --distill-neighbours $neighbours --distill-soft $soft \
+    $relate_args \
     --lr 0.001 --max-steps 6000 --save-every 500 --dev-file $(printf "'%s' " "${dev[@]}")&& touch '$out/train/done'"
 step center python scripts/center_model.py "$out/train/best.pt" "$out/distill.txt" data/models/default.pt --precision "$precision" --dev-file "${dev[@]}"
 step evaluate paraphrastic-evaluate --load-file data/models/default.pt --tasks sts,sts17,stsb,sick --json "$out/eval.json"

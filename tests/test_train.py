@@ -403,6 +403,19 @@ def test_contrastive_loss_matches_a_loop_over_sentences():
     assert train.contrastive_loss(targets * 3, targets, 0.01) < 1e-3  # each vector is its own target's nearest
 
 
+def test_soft_contrastive_loss_matches_a_loop_over_sentences():
+    """--distill-soft: the cross-entropy to the teachers' own distribution over the batch (their cosines / soft),
+    written out one sentence at a time, both ways; a student equal to the targets beats one that is not."""
+    vectors, targets, tau, soft = torch.randn(6, 5), torch.randn(6, 5), 0.1, 0.05
+    cos = torch.nn.functional.cosine_similarity(vectors[:, None], targets[None], dim=2) / tau
+    teach = torch.nn.functional.cosine_similarity(targets[:, None], targets[None], dim=2) / soft
+    rows = [-(teach[i].softmax(0) * cos[i].log_softmax(0)).sum() for i in range(6)]
+    columns = [-(teach[i].softmax(0) * cos[:, i].log_softmax(0)).sum() for i in range(6)]
+    expected = (sum(rows) + sum(columns)) / 12
+    assert float(train.contrastive_loss(vectors, targets, tau, soft)) == pytest.approx(float(expected), rel=1e-5)
+    assert train.contrastive_loss(targets, targets, tau, soft) < train.contrastive_loss(vectors, targets, tau, soft)
+
+
 def test_contrastive_distillation_ranks_each_sentence_nearest_its_target(tiny_model_file, tmp_path):
     """--distill-contrastive alone (no cosine loss) lowers the in-batch InfoNCE of the distilled sentences."""
     sentences, targets = teacher_fixture(tmp_path, 15, 16)
@@ -428,3 +441,26 @@ def test_relational_loss_is_zero_when_the_batch_cosines_match_the_teachers():
     other = torch.randn(12, 6)
     s, t = torch.nn.functional.normalize(other, dim=1), torch.nn.functional.normalize(targets, dim=1)
     assert train.relational_loss(other, targets) == pytest.approx(float(((s @ s.T - t @ t.T) ** 2).mean()))
+
+
+def test_neighbour_batches_hold_each_anchors_nearest_sentences_in_the_pool(tiny_model_file, tmp_path):
+    """--distill-neighbours: a batch is its anchors, each followed by its nearest targets among the step's pool
+    (checked against a loop over the pool), every sentence once; the same step gives the same batch."""
+    sentences, targets = teacher_fixture(tmp_path, 16, 16)
+    model = models.load_model(tiny_model_file)
+    stream = train.DistillStream(
+        model, tmp_path / "sentences.txt", tmp_path / "vectors.npy", 40, seed=3, neighbours=3, pool=60
+    )
+    assert stream.anchors == 10 and stream.per_pass == 20
+    _, batch_targets = stream.batch(0, torch.device("cpu"))
+    anchors = stream.order[1][:10]
+    idx = stream.with_neighbours(anchors, 0)
+    assert len(set(idx.tolist())) == len(idx) == len(batch_targets)
+    assert torch.equal(batch_targets, stream.targets[idx])
+    pool = np.random.default_rng((3, 0, 1)).choice(200, 60, replace=False)
+    unit = targets / np.linalg.norm(targets, axis=1, keepdims=True)
+    expected = []
+    for a in anchors:
+        near = sorted((j for j in pool if j != a), key=lambda j: -float(unit[a] @ unit[j]))[:3]
+        expected += [a, *near]
+    assert idx.tolist() == list(dict.fromkeys(int(i) for i in expected))
