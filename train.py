@@ -979,6 +979,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--distill-neighbours",
         type=at_least(0),
+        metavar="K",
         default=0,
         help="make each distillation batch of anchors and each one's K nearest sentences by the teachers' "
         "targets in a random pool of --distill-pool (hard negatives for --distill-contrastive; default 0: random "
@@ -987,12 +988,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--distill-pool",
         type=at_least(1),
+        metavar="N",
         default=4096,
         help="sentences a batch's neighbours are mined from (default %(default)s)",
     )
     p.add_argument(
         "--distill-soft",
         type=at_least(0.0, float),
+        metavar="T",
         default=0.0,
         help="--distill-contrastive's labels: the teachers' own distribution over the batch at this temperature "
         "(default 0: one-hot; the English default model uses 0.05 with --distill-neighbours 3)",
