@@ -399,7 +399,6 @@ class DistillStream:
                 f"vector per line of {sentence_file}" + ("" if any_dim else ", of the model's dimension")
             )
         self.targets = torch.from_numpy(np.array(targets, dtype=np.float32))
-        self.unit = F.normalize(self.targets, dim=1) if neighbours else None
         self.per_pass = max(len(self.lengths) // self.anchors, 1)
         self.order: tuple[int, np.ndarray] | None = None
 
@@ -421,7 +420,7 @@ class DistillStream:
         rng = np.random.default_rng((self.seed, step, 1))
         pool = torch.from_numpy(rng.choice(len(self.lengths), min(self.pool, len(self.lengths)), replace=False))
         first = torch.from_numpy(anchors)
-        sim = self.unit[first] @ self.unit[pool].T
+        sim = F.normalize(self.targets[first], dim=1) @ F.normalize(self.targets[pool], dim=1).T
         sim[pool[None, :] == first[:, None]] = -2  # never an anchor's own row
         near = pool[sim.topk(min(self.neighbours, len(pool)), dim=1).indices]
         idx = torch.cat([first[:, None], near], 1).ravel().numpy()
