@@ -10,12 +10,10 @@ import os
 from pathlib import Path
 
 import numpy as np
-from teacher_dev import FORUM, dev_sets
+from teacher_dev import PARTS, dev_sets
 
 from paraphrastic.evaluate import correlations, pair_cosines
 from paraphrastic.models import load_model
-
-PARTS = {"captions": slice(0, 625), "forum": FORUM, "news": slice(1000, 1500)}
 
 
 def dev_figures(model, data: Path) -> dict[str, float]:

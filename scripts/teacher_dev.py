@@ -19,7 +19,8 @@ from paraphrastic.evaluate import Pairs, read_sts_pairs
 from paraphrastic.models import unit_rows
 from paraphrastic.teacher import encode_teachers, load_teacher
 
-FORUM = slice(625, 1000)  # the STS Benchmark dev set's forum answers (lines 626-1000; scripts/dev_parts.py)
+# The STS Benchmark dev set's three parts, in file order (lines 1-625, 626-1000, 1001-1500; scripts/dev_parts.py).
+PARTS = {"captions": slice(0, 625), "forum": slice(625, 1000), "news": slice(1000, 1500)}
 
 
 def dev_sets(data: Path) -> dict[str, Pairs]:
@@ -56,7 +57,7 @@ def main() -> None:
                 name: (both[[row[t] for t in q.s1]] * both[[row[t] for t in q.s2]]).sum(1) for name, q in sets.items()
             }
             figures = [100 * pearsonr(cos[name], q.gold)[0] for name, q in sets.items()]
-            forum = 100 * pearsonr(cos["stsb-dev"][FORUM], sets["stsb-dev"].gold[FORUM])[0]
+            forum = 100 * pearsonr(cos["stsb-dev"][PARTS["forum"]], sets["stsb-dev"].gold[PARTS["forum"]])[0]
             print(
                 f"{' + '.join(combo):{width}s} "
                 + " ".join(f"{f:11.1f}" for f in figures)
