@@ -154,12 +154,13 @@ def read_corpus(path: str | os.PathLike, max_lines: int, dim: int) -> list[str]:
 
 def embed_corpus(model: Model, name: str, lines: list[str], progress: Callable | None = None) -> Corpus:
     """Embed the lines once into unit float16 rows, reporting progress(fraction, desc=...) per batch."""
-    vectors, batch = torch.empty((len(lines), model.dim), dtype=torch.float16), 16384
-    for start in range(0, len(lines), batch):
-        if progress:
-            progress(start / len(lines), desc=f"embedding {name}: {start:,} of {len(lines):,} sentences")
-        part = model.embed_raw_text(lines[start : start + batch])
-        vectors[start : start + len(part)] = torch.from_numpy(knn.unit_rows(part))
+    vectors, batch = torch.empty((len(lines), model.dim), dtype=torch.float16), 65536
+    with model.start_multi_process_pool() as pool:  # one worker per --threads
+        for start in range(0, len(lines), batch):
+            if progress:
+                progress(start / len(lines), desc=f"embedding {name}: {start:,} of {len(lines):,} sentences")
+            part = model.embed_raw_text(lines[start : start + batch], pool=pool)
+            vectors[start : start + len(part)] = torch.from_numpy(knn.unit_rows(part))
     return Corpus(name, lines, vectors)
 
 
@@ -314,7 +315,7 @@ def parse_args(argv: list[str] | None):
         help="model file, or a shipped model's name: default (English) or multilingual (default: %(default)s)",
     )
     p.add_argument("--max-corpus-lines", type=at_least(1), default=MAX_CORPUS_LINES, help="larger corpora are refused")
-    p.add_argument("--threads", type=at_least(1), help="CPU threads (default: the idle cores)")
+    p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
     return p.parse_args(argv)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import sys
@@ -29,7 +30,8 @@ from paraphrastic.fileio import (
     atomic_path,
     cli_parser,
     count_lines,
-    iter_line_chunks,
+    decode_raw,
+    iter_raw_chunks,
     open_input,
     refuse_same_file,
     remove_stale_temps,
@@ -37,6 +39,7 @@ from paraphrastic.fileio import (
     run_cli,
 )
 from paraphrastic.models import load_model, model_path, tally_unknown, unknown_warning, use_threads
+from paraphrastic.workers import Workers
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
@@ -56,10 +59,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
     p.add_argument("--output-file", help="output .npy, shape (lines, dim)")
     p.add_argument("--batch-size", type=at_least(1), default=8192, help="sentences per tokenize+pool step")
-    p.add_argument("--chunk-lines", type=at_least(1), default=262144, help="lines read from disk at a time")
+    p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
     p.add_argument("--device", default="cpu", help="cpu, cuda, or auto")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
-    p.add_argument("--threads", type=at_least(1), help="CPU threads (default: the idle cores)")
+    p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--shard", type=int, help="embed only slice I (0-based) of --num-shards contiguous slices")
@@ -91,31 +94,57 @@ def embed_file(
     start: int = 0,
     stop: int | None = None,
     batch_size: int = 8192,
-    chunk_lines: int = 262144,
+    chunk_lines: int = 16384,
     strict: bool = False,
     quiet: bool = False,
+    workers: int | None = None,
 ) -> dict:
     """Embed lines [start, stop) of `sentence_file` (all by default) into the .npy `output_file`, streamed and
-    written atomically; returns stats (`rows`, `invalid_utf8_lines`)."""
+    written atomically, by `workers` processes (default: one per torch thread) that write their rows into the
+    memory-mapped output; returns stats (`rows`, `invalid_utf8_lines`)."""
     open_input(sentence_file)
     stop = count_lines(sentence_file) if stop is None else stop
     n = stop - start
-    stats: dict = {"rows": n}
+    stats: dict = {"rows": n, "invalid_utf8_lines": 0}
     with atomic_path(output_file) as tmp:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(n, model.dim))
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(n, model.dim))  # header and size
+        del out  # the workers write the rows
         reserve_space(tmp)  # a full disk fails here with a clear error, not with SIGBUS in the memory map
+        chunks = iter_raw_chunks(sentence_file, chunk_lines, start, stop)
+        jobs = ((Path(sentence_file), first, b"".join(raw), strict, batch_size, tmp, first - 1 - start)
+                for first, raw in chunks)  # fmt: skip
         row = 0
-        with tqdm(total=n, unit=" sent", disable=quiet, file=sys.stderr) as bar:
-            for lines in iter_line_chunks(sentence_file, chunk_lines, strict, stats, start, stop):
-                out[row : row + len(lines)] = model.embed_raw_text(lines, batch_size)
-                tally_unknown(model, lines, stats)
-                row += len(lines)
-                bar.update(len(lines))
+        with Workers(model, workers) as pool, tqdm(total=n, unit=" sent", disable=quiet, file=sys.stderr) as bar:
+            for rows, job_stats, tokens in pool.map(embed_job, jobs):
+                if tokens is not None:  # tokenized by the workers, pooled here on the device
+                    write_rows(tmp, tokens[0], model.embed_tokens(*tokens[1:]))
+                for key, value in job_stats.items():
+                    stats[key] = stats.get(key, 0) + value
+                row += rows
+                bar.update(rows)
         if row != n:
             raise InputError(f"{sentence_file}: read {row} lines but counted {n}; file changed while read?")
-        out.flush()
-        del out
     return stats
+
+
+def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
+    """A worker's part of embed_file: decode its lines and write their rows into the output (on a CPU), or
+    return their pieces (row, ids, lengths) for the device to pool; returns (lines, stats, pieces or None)."""
+    path, first, blob, strict, batch_size, out, row = job
+    lines, bad = decode_raw(io.BytesIO(blob).readlines(), path, first, strict)
+    stats = {"invalid_utf8_lines": bad}
+    tally_unknown(model, lines, stats, sample=max(256, len(lines) // 32))
+    if model.device.type != "cpu":
+        return len(lines), stats, (row, *model.token_ids(lines))
+    write_rows(out, row, model.embed_here(lines, batch_size))
+    return len(lines), stats, None
+
+
+def write_rows(npy: Path, row: int, vectors: np.ndarray) -> None:
+    """Write `vectors` at rows [row, row + len) of an .npy file, through a memory map of it."""
+    out = np.load(npy, mmap_mode="r+")
+    out[row : row + len(vectors)] = vectors
+    del out
 
 
 def record_path(shard_file: str | os.PathLike) -> Path:

@@ -125,10 +125,21 @@ def iter_line_chunks(
 
     Invalid UTF-8 is replaced (counted in `stats["invalid_utf8_lines"]`) unless `strict`.
     """
-    path = Path(path)
-    open_input(path)
     stats = stats if stats is not None else {}
     stats.setdefault("invalid_utf8_lines", 0)
+    for line_no, raw in iter_raw_chunks(path, chunk_lines, start, stop):
+        lines, bad = decode_raw(raw, Path(path), line_no, strict)
+        stats["invalid_utf8_lines"] += bad
+        yield lines
+
+
+def iter_raw_chunks(
+    path: str | os.PathLike, chunk_lines: int = 65536, start: int = 0, stop: int | None = None
+) -> Iterator[tuple[int, list[bytes]]]:
+    """(number of the first line, up to `chunk_lines` undecoded lines) over lines [start, stop): what
+    `iter_line_chunks` reads, for worker processes to decode with `decode_raw`."""
+    path = Path(path)
+    open_input(path)
     line_no = start + 1
     left = None if stop is None else max(stop - start, 0)
     with open(path, "rb") as f:
@@ -137,12 +148,15 @@ def iter_line_chunks(
             raw = list(itertools.islice(f, chunk_lines if left is None else min(chunk_lines, left)))
             if not raw:
                 return
-            check_line_lengths(raw, path, line_no)
-            lines, bad = _decode_lines(raw, path, line_no, strict)
-            stats["invalid_utf8_lines"] += bad
+            yield line_no, raw
             line_no += len(raw)
             left = None if left is None else left - len(raw)
-            yield lines
+
+
+def decode_raw(raw: list[bytes], path: Path, first_line: int, strict: bool) -> tuple[list[str], int]:
+    """(lines, how many held invalid UTF-8) of raw lines that start at line `first_line`, under the line limit."""
+    check_line_lengths(raw, path, first_line)
+    return _decode_lines(raw, path, first_line, strict)
 
 
 def check_line_lengths(raw: list[bytes], path: Path, first_line: int) -> None:

@@ -96,7 +96,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--chunk-lines", type=at_least(1), default=65536, help="lines read, or sentences searched, at a time"
     )
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, or auto (embedding only)")
-    p.add_argument("--threads", type=at_least(1), help="CPU threads (default: the idle cores)")
+    p.add_argument(
+        "--threads",
+        type=at_least(1),
+        help="worker processes for embedding, threads for search (default: the idle cores)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the IVF training sample")
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -10,6 +10,7 @@ papers' other encoders (WORD, TRIGRAM, LSTM, BLSTM, GRAN and their combinations)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import itertools
@@ -44,6 +45,7 @@ from paraphrastic.encoders import (
     recurrent_pool,
 )
 from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output
+from paraphrastic.workers import Workers
 
 FORMAT = "paraphrastic-sp"
 FORMAT_VERSION = 1
@@ -56,6 +58,8 @@ SP_FILE = "sentencepiece.model"
 WEIGHT_KEYS = ("embeddings", "embedding.weight")  # model2vec's key, sentence-transformers' key
 WEIGHT_DIRS = (".", "0_StaticEmbedding")  # where the two libraries put model.safetensors and tokenizer.json
 CHECKED = ("model.safetensors", "tokenizer.json", SP_FILE)  # the files whose checksums config.json records
+PARALLEL_MIN = 20_000  # texts from which embed_raw_text starts worker processes: fewer take well under a second
+JOB_TEXTS = 8192  # texts in one worker's job
 SHIPPED = {"default": DEFAULT_MODEL, "multilingual": DEFAULT_MODEL.with_name("multilingual.pt")}
 
 
@@ -267,29 +271,65 @@ class Model(nn.Module):
         return self.pool_parts(self.embedding.weight, self.split_parts(ids, offsets), dropout)
 
     @torch.no_grad()
-    def embed_raw_text(self, texts: Sequence[str], batch_size: int = 8192) -> np.ndarray:
-        """Embed raw sentences: a float32 array (len(texts), dim), one row per text, in order."""
-        if isinstance(texts, str):
-            raise TypeError("embed_raw_text takes a list of sentences, not a single string")
+    def embed_here(self, texts: Sequence[str], batch_size: int = 8192) -> np.ndarray:
+        """Embed in this process, `batch_size` texts at a time: float32 (len(texts), dim), one row per text."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), batch_size):
             batch = texts[start : start + batch_size]
             out[start : start + len(batch)] = self(*self.ids_and_offsets(batch)).cpu().numpy()
         return out
 
-    def score_raw_text(self, pairs: Sequence[tuple[str, str]], batch_size: int = 8192) -> list[float]:
+    @torch.no_grad()
+    def embed_tokens(self, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The vectors of texts already tokenized by `token_ids` (a GPU pools what CPU workers tokenized)."""
+        return self(*self.rows_and_offsets(flat, lengths)).cpu().numpy()
+
+    def embed_raw_text(self, texts: Sequence[str], batch_size: int = 8192, pool: Workers | None = None) -> np.ndarray:
+        """Embed raw sentences: a float32 array (len(texts), dim), one row per text, in order. Inputs of
+        PARALLEL_MIN texts or more go to worker processes, one per torch thread (`pool`: a kept pool, for any
+        size, see `start_multi_process_pool`); the rows are the same bit for bit."""
+        if isinstance(texts, str):
+            raise TypeError("embed_raw_text takes a list of sentences, not a single string (encode takes either)")
+        if pool is None and (len(texts) < PARALLEL_MIN or torch.get_num_threads() == 1):
+            return self.embed_here(texts, batch_size)
+        with contextlib.nullcontext(pool) if pool is not None else Workers(self) as workers:
+            if workers.size == 1:
+                return self.embed_here(texts, batch_size)
+            step = max(1, min(JOB_TEXTS, -(-len(texts) // workers.size)))
+            jobs = ((texts[i : i + step], batch_size) for i in range(0, len(texts), step))
+            if self.device.type == "cpu":
+                parts = list(workers.map(_embed_job, jobs))
+            else:  # CPU workers tokenize, the device pools
+                parts = [self.embed_tokens(*tokens) for tokens in workers.map(_tokens_job, jobs)]
+        return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
+
+    def encode(self, texts: str | Sequence[str], batch_size: int = 8192, pool: Workers | None = None) -> np.ndarray:
+        """sentence-transformers' name for `embed_raw_text`; a single string gives a 1-D vector."""
+        if isinstance(texts, str):
+            return self.embed_raw_text([texts], batch_size, pool)[0]
+        return self.embed_raw_text(texts, batch_size, pool)
+
+    def start_multi_process_pool(self, workers: int | None = None) -> Workers:
+        """Worker processes to keep across `encode(..., pool=pool)` calls (default: one per torch thread);
+        close with `pool.close()`, `stop_multi_process_pool(pool)`, or use it in a `with` block."""
+        return Workers(self, workers)
+
+    @staticmethod
+    def stop_multi_process_pool(pool: Workers) -> None:
+        pool.close()
+
+    def score_raw_text(
+        self, pairs: Sequence[tuple[str, str]], batch_size: int = 8192, pool: Workers | None = None
+    ) -> list[float]:
         """Cosine similarity of each (sentence1, sentence2) pair, in order; NaN where a side is empty or
         blank (there is no text to compare, and the unknown-token vector of both would score 1)."""
         if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
             raise TypeError("score_raw_text takes a list of (sentence1, sentence2) pairs; for one pair pass [(a, b)]")
         if any(isinstance(p, str) or len(p) != 2 for p in pairs):
             raise TypeError("score_raw_text takes a list of (sentence1, sentence2) pairs, each two strings")
-        left = self.embed_raw_text([p[0] for p in pairs], batch_size)
-        right = self.embed_raw_text([p[1] for p in pairs], batch_size)
+        both = self.embed_raw_text([p[0] for p in pairs] + [p[1] for p in pairs], batch_size, pool)
         blank = np.array([not (a.strip() and b.strip()) for a, b in pairs], dtype=bool)
-        return np.where(blank, np.nan, cosine(left, right)).tolist()
-
-    encode = embed_raw_text  # the sentence-transformers name
+        return np.where(blank, np.nan, cosine(both[: len(pairs)], both[len(pairs) :])).tolist()
 
     def mostly_unknown(self, texts: Sequence[str]) -> np.ndarray:
         """Per text: are more than half of its pieces (a bare word-start mark aside) unknown to the model?
@@ -391,6 +431,14 @@ class SPModel(Model):
             state["piece_rows"] = torch.from_numpy(self.piece_rows)
             state["unk_row"] = self.unk_row
         return state
+
+
+def _embed_job(model: Model, job: tuple[Sequence[str], int]) -> np.ndarray:
+    return model.embed_here(*job)
+
+
+def _tokens_job(model: Model, job: tuple[Sequence[str], int]) -> tuple[np.ndarray, np.ndarray]:
+    return model.token_ids(job[0])
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:

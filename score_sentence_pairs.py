@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import sys
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -19,7 +21,8 @@ from paraphrastic.fileio import (
     atomic_output,
     cli_parser,
     count_lines,
-    iter_line_chunks,
+    decode_raw,
+    iter_raw_chunks,
     open_input,
     refuse_same_file,
     remove_stale_temps,
@@ -27,6 +30,7 @@ from paraphrastic.fileio import (
     split_pair,
 )
 from paraphrastic.models import load_model, tally_unknown, unknown_warning, use_threads
+from paraphrastic.workers import Workers
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -45,9 +49,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="score lines without exactly one tab nan and list them, instead of stopping",
     )
     p.add_argument("--batch-size", type=at_least(1), default=8192, help="pairs per tokenize+pool step")
-    p.add_argument("--chunk-lines", type=at_least(1), default=131072, help="lines read from disk at a time")
+    p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
     p.add_argument("--device", default="cpu", help="cpu, cuda, or auto")
-    p.add_argument("--threads", type=at_least(1), help="CPU threads (default: the idle cores)")
+    p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
@@ -71,22 +75,36 @@ def parse_pair_lines(
 
 
 def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], int, dict]:
-    """Score every line of the input into `out`, row for row; returns (lines written, bad line numbers,
-    pairs with an empty side, stats)."""
-    total = count_lines(args.sentence_pair_file)
+    """Score every line of the input into `out`, row for row, by --threads worker processes (a model on a GPU
+    scores in this process); returns (lines written, bad line numbers, pairs with an empty side, stats)."""
+    path = Path(args.sentence_pair_file)
+    total = count_lines(path)
     written = empty = 0
     bad: list[int] = []
-    stats: dict = {}
-    with tqdm(total=total, unit=" pair", disable=args.quiet, file=sys.stderr) as bar:
-        for lines in iter_line_chunks(args.sentence_pair_file, args.chunk_lines, args.strict, stats):
-            pairs, chunk_bad = parse_pair_lines(lines, args.sentence_pair_file, written + 1, args.skip_bad_lines)
-            scores = model.score_raw_text(pairs, args.batch_size)
-            tally_unknown(model, [a for a, _ in pairs] + [b for _, b in pairs], stats)
-            out.write("".join(f"{a}\t{b}\t{s:.6f}\n" for (a, b), s in zip(pairs, scores, strict=True)))
-            empty += sum(s != s for s in scores) - len(chunk_bad)
-            written, bad = written + len(pairs), bad + chunk_bad
-            bar.update(len(lines))
+    stats: dict = {"invalid_utf8_lines": 0}
+    chunks = iter_raw_chunks(path, args.chunk_lines)
+    jobs = ((path, first, b"".join(raw), args.strict, args.skip_bad_lines, args.batch_size) for first, raw in chunks)
+    workers = None if model.device.type == "cpu" else 1
+    with Workers(model, workers) as pool, tqdm(total=total, unit=" pair", disable=args.quiet, file=sys.stderr) as bar:
+        for text, lines, chunk_bad, chunk_empty, chunk_stats in pool.map(score_job, jobs):
+            out.write(text)
+            for key, value in chunk_stats.items():
+                stats[key] = stats.get(key, 0) + value
+            written, bad, empty = written + lines, bad + chunk_bad, empty + chunk_empty
+            bar.update(lines)
     return written, bad, empty, stats
+
+
+def score_job(model, job: tuple) -> tuple[str, int, list[int], int, dict]:
+    """A worker's part of score_file: (output text, lines, bad line numbers, pairs with an empty side, stats)."""
+    path, first, blob, strict, skip_bad, batch_size = job
+    lines, invalid = decode_raw(io.BytesIO(blob).readlines(), path, first, strict)
+    pairs, bad = parse_pair_lines(lines, path, first, skip_bad)
+    scores = model.score_raw_text(pairs, batch_size)
+    stats = {"invalid_utf8_lines": invalid}
+    tally_unknown(model, [a for a, _ in pairs] + [b for _, b in pairs], stats, sample=max(256, len(pairs) // 16))
+    text = "".join(f"{a}\t{b}\t{s:.6f}\n" for (a, b), s in zip(pairs, scores, strict=True))
+    return text, len(lines), bad, sum(s != s for s in scores) - len(bad), stats
 
 
 def line_list(numbers: list[int], shown: int = 10) -> str:

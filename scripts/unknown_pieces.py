@@ -25,8 +25,9 @@ def main() -> None:
     for name in args.models:
         tokenizer = load_model(name).sp_tokenizer
         sp, unknown, lines_with = tokenizer.sp, Counter(), 0
-        for proto in sp.encode(cased(lines, tokenizer.lowercase), return_type="proto"):
-            pieces = [p.surface for p in proto.pieces if p.id == sp.unk_id()]
+        texts = cased(lines, tokenizer.lowercase)  # pieces as text hold an unknown piece's surface, not <unk>
+        for ids, surfaces in zip(sp.encode(texts), sp.encode(texts, out_type=str), strict=True):
+            pieces = [s for i, s in zip(ids, surfaces, strict=True) if i == sp.unk_id()]
             lines_with += bool(pieces)
             unknown.update(pieces)
         top = ", ".join(f"{text!r} {n}" for text, n in unknown.most_common(10))

@@ -5,8 +5,10 @@ import configparser
 import os
 import subprocess
 import sys
+import sysconfig
 import venv
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,17 +23,29 @@ def run(*cmd, cwd=None) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(wheel, virtual environment's bin folder) of a wheel installed into a new environment. The environment
-    sees this interpreter's packages (torch and the other dependencies, already installed; copying torch alone
-    takes a minute), but the package itself must come from the wheel."""
+    sees the packages of the interpreter running the tests (torch and the other dependencies, already installed;
+    copying torch alone takes a minute), whether that is a base Python or a virtual environment, but the package
+    itself must come from the wheel."""
     tmp = tmp_path_factory.mktemp("install")
     built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", ROOT)
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp / "dist").glob("paraphrastic-*.whl")
-    venv.create(tmp / "env", system_site_packages=True)  # pip and setuptools too: none of older versions inside
+    venv.create(tmp / "env")  # pip comes from the packages it sees, below
     bin_dir = tmp / "env" / "bin"
+    see_our_packages(bin_dir)
     done = run(bin_dir / "python", "-m", "pip", "install", "-q", "--no-index", wheel)  # nothing to fetch
     assert done.returncode == 0, done.stderr[-2000:]
     return wheel, bin_dir
+
+
+def see_our_packages(bin_dir) -> None:
+    """Put this interpreter's site-packages after the new environment's own on its path, by a .pth file of plain
+    folder lines. (system_site_packages would show the base Python's packages, not those of a virtual environment
+    the tests run in; plain lines run none of that folder's .pth files, so an editable install of the checkout
+    stays out of sight.)"""
+    where = run(bin_dir / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    ours = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    (Path(where.stdout.strip()) / "zz-test-parent.pth").write_text("".join(f"{p}\n" for p in ours))
 
 
 def test_wheel_holds_one_package_with_the_shipped_model(installed):

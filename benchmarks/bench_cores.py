@@ -1,0 +1,150 @@
+"""Every core: end-to-end throughput against the number of worker processes, and memory against input size.
+
+    python benchmarks/bench_cores.py [--lines 2000000] [--encode 1000000] [--memory 100000,5000000]
+
+For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `paraphrastic-embed --threads N`
+on --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score
+--threads N` on as many pairs, and `model.encode` on --encode sentences with N workers; beside them the limit
+N x (sentencepiece alone on one thread, same lines), the fraction of it reached, and the speed-up over N = 1.
+Then the peak anonymous memory (RssAnon of the command and its workers, the output's file pages aside) of
+`paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of ../shared/data,
+repeated to the size asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from common import ROOT, english_sentences, machine_header
+
+from paraphrastic import models
+
+BIN = Path(sys.executable).parent
+
+
+def write_lines(path: Path, n: int) -> list[str]:
+    sentences = english_sentences()
+    lines = [sentences[i % len(sentences)] for i in range(n)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return lines
+
+
+def core_counts(cores: int) -> list[int]:
+    counts, k = [], 1
+    while k < cores:
+        counts.append(k)
+        k *= 2
+    return counts + [cores]
+
+
+def anon_kib(pid: int) -> int:
+    """RssAnon of a process and its children, in KiB (0 once it is gone)."""
+    total = 0
+    for p in [pid, *children(pid)]:
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("RssAnon:")), 0)
+    return total
+
+
+def children(pid: int) -> list[int]:
+    try:
+        found = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [int(c) for c in found]
+
+
+def timed(cmd: list[str]) -> tuple[float, int]:
+    """(wall seconds, peak RssAnon KiB of the process tree, sampled every 20 ms) of a command that must succeed."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, anon_kib(proc.pid))
+        time.sleep(0.02)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr.read()[-2000:]}")
+    return seconds, peak
+
+
+def sentencepiece_alone(lines: list[str]) -> float:
+    """Sentences/s of the shipped model's sentencepiece (with its lowercasing) on one thread."""
+    tokenizer = models.load_model().tokenizers[0]
+    sample = lines[:200_000]
+    start = time.perf_counter()
+    for i in range(0, len(sample), 8192):
+        tokenizer.encode(sample[i : i + 8192], num_threads=1)
+    return len(sample) / (time.perf_counter() - start)
+
+
+ENCODE = """
+import sys, time, torch
+from paraphrastic import models
+lines = open(sys.argv[1], encoding="utf-8").read().splitlines()[: int(sys.argv[2])]
+torch.set_num_threads(int(sys.argv[3]))
+model = models.load_model()
+start = time.perf_counter()
+model.encode(lines)
+print(len(lines) / (time.perf_counter() - start))
+"""
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lines", type=int, default=2_000_000, help="lines for the command-line runs")
+    p.add_argument("--encode", type=int, default=1_000_000, help="sentences for model.encode")
+    p.add_argument("--memory", default="100000,5000000", help="input sizes for the memory check")
+    p.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)), help="largest worker count")
+    args = p.parse_args()
+    print(machine_header())
+    print(f"cpu: {models.cpu_name()}, {args.cores} cores used")
+    with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
+        tmp = Path(tmp)
+        text, pairs = tmp / "lines.txt", tmp / "pairs.txt"
+        lines = write_lines(text, args.lines)
+        pairs.write_text("".join(f"{a}\t{b}\n" for a, b in zip(lines, lines[1:] + lines[:1], strict=True)))
+        single = sentencepiece_alone(lines)
+        print(f"sentencepiece alone, 1 thread: {single:,.0f} sentences/s\n")
+        print(
+            "| workers | embed CLI (sent/s) | score CLI (pairs/s) | model.encode (sent/s) | limit N x sentencepiece "
+            "| embed / limit | embed speed-up | score speed-up | encode speed-up |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        first = None
+        for n in core_counts(args.cores):
+            embed_s, _ = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
+                                str(tmp / "out.npy"), "--threads", str(n), "--quiet"])  # fmt: skip
+            score_s, _ = timed([str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
+                                str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])  # fmt: skip
+            done = subprocess.run([sys.executable, "-c", ENCODE, str(text), str(args.encode), str(n)],
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+            rates = (args.lines / embed_s, args.lines / score_s, float(done.stdout.split()[-1]))
+            first = first or rates
+            limit = n * single
+            ups = " | ".join(f"{r / f:.2f}x" for r, f in zip(rates, first, strict=True))
+            print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} "
+                  f"| {rates[0] / limit:.0%} | {ups} |", flush=True)  # fmt: skip
+        print("\npeak anonymous memory of paraphrastic-embed (all workers, RssAnon; the output's pages aside):")
+        for size in map(int, args.memory.split(",")):
+            write_lines(text, size)
+            seconds, peak = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
+                                   str(tmp / "out.npy"), "--threads", str(args.cores), "--quiet"])  # fmt: skip
+            rows = np.load(tmp / "out.npy", mmap_mode="r").shape[0]
+            print(f"  {size:>10,} lines: {peak / 1024:,.0f} MiB RssAnon, {seconds:.1f} s, {rows:,} rows written "
+                  f"({args.cores} workers)")  # fmt: skip
+            (tmp / "out.npy").unlink()
+
+
+if __name__ == "__main__":
+    main()

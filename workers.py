@@ -1,0 +1,94 @@
+"""Worker processes that turn text into vectors: the one parallel path of every command and of `Model.encode`.
+
+Each worker is a forked copy of the calling process, so the model reaches it without pickling and its table is
+shared copy-on-write; it runs torch on one thread. The caller cuts its input into jobs, keeps at most two per
+worker in flight (memory stays bounded whatever the input size) and takes the results back in input order, so
+row i is still line i. With one worker the jobs run in the calling process itself: the same code, no fork.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import signal
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+import torch
+
+from paraphrastic.fileio import Error
+
+IN_FLIGHT = 2  # jobs per worker submitted ahead: one running, one queued
+_model = None  # this worker's model, set when the worker starts
+
+
+class WorkerError(Error):
+    """A worker process died (killed, or out of memory): the run stops, and nothing is written in place."""
+
+
+def _start(model) -> None:
+    global _model
+    _model = model
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle, once
+
+
+def _run(fn: Callable, job: Any) -> Any:
+    return fn(_model, job)
+
+
+class Workers:
+    """A pool of `size` worker processes holding `model` (default: torch's thread count, which the commands set
+    with --threads); a context manager, reusable across calls until closed."""
+
+    def __init__(self, model, size: int | None = None):
+        self.model = model
+        self.size = max(1, size or torch.get_num_threads())
+        self.pool: cf.ProcessPoolExecutor | None = None
+        if self.size > 1:
+            fork = multiprocessing.get_context("fork")  # the model reaches the workers without pickling
+            self.pool = cf.ProcessPoolExecutor(self.size, mp_context=fork, initializer=_start, initargs=(model,))
+
+    def map(self, fn: Callable[[Any, Any], Any], jobs: Iterable) -> Iterator:
+        """fn(model, job) for each job, results in the order of the jobs. `fn` must be a module-level function
+        (it is sent to the workers by name)."""
+        if self.pool is None:
+            yield from (fn(self.model, job) for job in jobs)
+            return
+        pending: deque[cf.Future] = deque()
+        try:
+            for job in jobs:
+                with warnings.catch_warnings():  # Python 3.12+ warns of fork in a threaded process; the workers
+                    warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+                    pending.append(self.pool.submit(_run, fn, job))  # use no lock a thread may hold
+                if len(pending) >= IN_FLIGHT * self.size:
+                    yield self._result(pending.popleft())
+            while pending:
+                yield self._result(pending.popleft())
+        finally:
+            for future in pending:
+                future.cancel()
+
+    def _result(self, future: cf.Future) -> Any:
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            raise WorkerError(
+                "a worker process died (killed, or out of memory); nothing was written in place of the output "
+                "(run again, with fewer --threads if memory is short)"
+            ) from None
+
+    def close(self) -> None:
+        """Stop the workers (jobs already running finish first)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
