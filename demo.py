@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import socket
 import sys
 import threading
 import time
@@ -21,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from paraphrastic import knn, mine_bitext
 from paraphrastic.fileio import Error, InputError, at_least, cli_parser, count_lines, open_input, read_lines, run_cli
-from paraphrastic.models import SHIPPED, Model, load_model, use_threads
+from paraphrastic.models import ENGLISH_ONLY, SHIPPED, Model, english_only, load_model, use_threads
 
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported: no usage reports, no version check
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -36,6 +38,11 @@ SHORTLIST = 32  # corpus lines kept by the float16 scan, then scored exactly wit
 EXAMPLE_CORPUS = Path(__file__).resolve().parent / "data" / "example-sentences.txt"
 FONTS = (["Helvetica", "Arial", "DejaVu Sans", "sans-serif"], ["DejaVu Sans Mono", "Courier New", "monospace"])
 
+# the matching view's opening example: three sentences of our own and their German, not data
+MATCH_EXAMPLE = (
+    ["A man is playing a guitar.", "The children are swimming in the lake.", "Where is the train station?"],
+    ["Wo ist der Bahnhof?", "Ein Mann spielt Gitarre.", "Die Kinder schwimmen im See."],
+)
 ALLOWED = set(SHIPPED)  # model names the page may load; main adds the --model file
 _models: dict[str, Model] = {}
 _corpora: OrderedDict[tuple, Corpus] = OrderedDict()
@@ -170,6 +177,8 @@ def load_corpus(model_name: str, path: str | os.PathLike, max_lines: int, progre
     key = (model_name, str(path), stat.st_mtime_ns, stat.st_size)
     with _corpus_lock:
         if key not in _corpora:
+            if progress:
+                progress(0.0, desc=f"reading {Path(path).name}")
             _corpora[key] = embed_corpus(model, Path(path).name, read_corpus(path, max_lines, model.dim), progress)
             while len(_corpora) > 2:
                 _corpora.popitem(last=False)
@@ -253,7 +262,10 @@ def build_app(
         try:
             rows = match_lists(get_model(name), first, second, retrieval)
             table = [[i, a, b or "(no match)", f"{s:.4f}" if np.isfinite(s) else ""] for i, a, b, s in rows]
-            return table, f"{len(rows)} lines; margin: cosine over the mean cosine of both sides' 4 nearest neighbours."
+            note = f" **Note:** {ENGLISH_ONLY.replace('--load-file multilingual', 'the model multilingual above')}."
+            return table, f"{len(rows)} lines; margin: cosine over the mean cosine of both sides' 4 nearest " + (
+                f"neighbours.{note if english_only(name) else ''}"
+            )
         except (Error, MemoryError) as e:
             return [], failed(e)
 
@@ -292,8 +304,10 @@ def build_app(
             search_button.click(on_search, [model, upload, query, k], [hits, message], api_name="search")
         with gr.Tab("Translation matching", id="matching"):
             with gr.Row():
-                first = gr.Textbox(label="First list, one sentence per line", lines=6, elem_id="first-list")
-                second = gr.Textbox(label="Second list (another language)", lines=6, elem_id="second-list")
+                first = gr.Textbox(label="First list, one sentence per line", lines=6, elem_id="first-list",
+                                   value="\n".join(MATCH_EXAMPLE[0]))  # fmt: skip
+                second = gr.Textbox(label="Second list (another language)", lines=6, elem_id="second-list",
+                                    value="\n".join(MATCH_EXAMPLE[1]))  # fmt: skip
             retrieval = gr.Radio(["forward", "max-score", "intersect"], value="forward", label="Retrieval",
                                  info="forward: each line's best match; max-score: one to one")  # fmt: skip
             match_button = gr.Button("Match", variant="primary", elem_id="match-button")
@@ -328,13 +342,27 @@ def main(argv: list[str] | None = None) -> int:
     ALLOWED.add(args.model)
     get_model(args.model)  # a bad model file fails here, not in the page
     open_input(args.corpus)
+    check_port(args.host, args.port)
+    with tqdm(total=1.0, bar_format="{desc}: {percentage:3.0f}%|{bar}|", file=sys.stderr) as bar:
+        report = lambda done, desc="": (bar.set_description_str(desc.split(":")[0]), bar.update(done - bar.n))  # noqa: E731
+        load_corpus(args.model, args.corpus, args.max_corpus_lines, report)  # the first search finds it embedded
     app, options = build_app(args.model, args.corpus, args.max_corpus_lines)
     known = inspect.signature(app.launch).parameters
     options |= {"max_file_size": MAX_UPLOAD, "enable_monitoring": False, "show_api": False, "mcp_server": False}
-    options |= {"run_history": False}  # Gradio 6 would keep each request in the browser
+    options |= {"run_history": False, "quiet": True}  # Gradio 6 would keep each request in the browser
     options = {key: value for key, value in options.items() if key in known}  # what this Gradio version takes
+    print(f"serving the demo on http://{args.host}:{args.port}/ (Ctrl-C stops it)", file=sys.stderr, flush=True)
     app.launch(server_name=args.host, server_port=args.port, share=False, **options)
     return 0
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port another program serves on, with our option's name (Gradio's own message names its variable)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            raise InputError(f"{host}:{port}: cannot serve there ({e.strerror.lower()}); pass another --port") from None
 
 
 if __name__ == "__main__":

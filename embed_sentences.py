@@ -37,6 +37,7 @@ from paraphrastic.fileio import (
     remove_stale_temps,
     reserve_space,
     run_cli,
+    write_npy_rows,
 )
 from paraphrastic.models import load_model, model_path, tally_unknown, unknown_warning, use_threads
 from paraphrastic.workers import Workers
@@ -117,7 +118,7 @@ def embed_file(
         with Workers(model, workers) as pool, tqdm(total=n, unit=" sent", disable=quiet, file=sys.stderr) as bar:
             for rows, job_stats, tokens in pool.map(embed_job, jobs):
                 if tokens is not None:  # tokenized by the workers, pooled here on the device
-                    write_rows(tmp, tokens[0], model.embed_tokens(*tokens[1:]))
+                    write_npy_rows(tmp, tokens[0], model.embed_tokens(*tokens[1:]))
                 for key, value in job_stats.items():
                     stats[key] = stats.get(key, 0) + value
                 row += rows
@@ -136,15 +137,8 @@ def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
     tally_unknown(model, lines, stats, sample=max(256, len(lines) // 32))
     if model.device.type != "cpu":
         return len(lines), stats, (row, *model.token_ids(lines))
-    write_rows(out, row, model.embed_here(lines, batch_size))
+    write_npy_rows(out, row, model.embed_here(lines, batch_size))
     return len(lines), stats, None
-
-
-def write_rows(npy: Path, row: int, vectors: np.ndarray) -> None:
-    """Write `vectors` at rows [row, row + len) of an .npy file, through a memory map of it."""
-    out = np.load(npy, mmap_mode="r+")
-    out[row : row + len(vectors)] = vectors
-    del out
 
 
 def record_path(shard_file: str | os.PathLike) -> Path:

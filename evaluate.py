@@ -11,7 +11,8 @@ Benchmark and SICK-R: Pearson and Spearman x 100. Tatoeba (Table 4): nearest nei
 both directions, error rate x 100 per direction and their mean (LASER's index-based protocol); PUD and
 FLORES-200 devtest the same way, for the seven languages of the multilingual model.
 
-Data is read from `--data-dir` (default ../shared/data, or $PARAPHRASTIC_DATA) in either the
+Data is read from `--data-dir` ($PARAPHRASTIC_DATA, else ../shared/data beside a checkout, else
+~/.cache/paraphrastic/data, where `python -m paraphrastic.preprocess.evaluation.download` puts it) in either the
 `score<TAB>s1<TAB>s2` TSV layout or the organisers' raw files (STS.input.*.txt + STS.gs.*.txt,
 STS Benchmark sts-*.csv, SICK_*.txt, tatoeba.xxx-eng.xxx). Pairs without a gold score are dropped;
 missing sets are reported and skipped unless --require-all (or an explicit --langs list) asks for them.
@@ -38,13 +39,14 @@ from paraphrastic.fileio import (
     at_least,
     atomic_output,
     cli_parser,
+    default_data_dir,
     read_lines,
     refuse_same_file,
     run_cli,
 )
 
 ROOT = Path(__file__).resolve().parent
-DEFAULT_DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
+DEFAULT_DATA = default_data_dir()
 TASKS = ("sts", "sts17", "stsb", "sick", "tatoeba", "pud", "flores")
 RETRIEVAL = ("tatoeba", "pud", "flores")
 
@@ -538,7 +540,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
     p.add_argument("--langs", help=f"Tatoeba languages, comma-separated, or 'all' (default {','.join(DEFAULT_LANGS)})")
-    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="evaluation data (default %(default)s)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="evaluation data: $PARAPHRASTIC_DATA, ../shared/data beside a checkout, else the download's folder "
+        "(default %(default)s)",
+    )
     p.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     p.add_argument("--compare", action="store_true", help="print the paper's published SP figures beside ours")
     p.add_argument("--require-all", action="store_true", help="a missing set is an error instead of a skip")
@@ -568,7 +576,10 @@ def main(argv: list[str] | None = None) -> int:
     """Load the model, run the tasks, print the tables and optionally write the JSON file."""
     args = parse_args(argv)
     if not args.data_dir.is_dir():
-        raise InputError(f"{args.data_dir}: no such data folder (pass --data-dir or set PARAPHRASTIC_DATA)")
+        raise InputError(
+            f"{args.data_dir}: no such data folder (fetch the sets into it with `python -m "
+            "paraphrastic.preprocess.evaluation.download`, or pass --data-dir, or set PARAPHRASTIC_DATA)"
+        )
     langs = chosen_langs(args.data_dir, args.langs)
     refuse_same_file(args.json, args.load_file, args.sp_model)
     models.use_threads(args.threads)
@@ -582,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report(results, compare))
     if args.compare and not compare:
         print(f"\nnote: {MULTILINGUAL_NOTE}")
+    if models.english_only(args.load_file) and set(args.tasks) & {"sts17", *RETRIEVAL}:
+        print(f"\nnote: {models.ENGLISH_ONLY} (STS 2017's other pairs, {', '.join(RETRIEVAL)} are cross-lingual)")
     print(f"\n{model!r}; evaluated in {seconds:.1f} s")
     if args.json:
         meta = {"model": args.load_file, "data_dir": str(args.data_dir), "seconds": seconds}

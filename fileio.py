@@ -22,10 +22,23 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
+
 NOT_REGULAR = "not a regular file (a pipe, FIFO or device): inputs are read more than once; save it to a file first"
 DEFAULT_MAX_LINE_BYTES = 16 << 20
 LINE_LIMIT_ENV = "PARAPHRASTIC_MAX_LINE_BYTES"
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # full disk, quota, file size limit (ulimit -f)
+
+
+def default_data_dir() -> Path:
+    """Where the evaluation data is looked for: $PARAPHRASTIC_DATA, else ../shared/data beside a checkout, else
+    ~/.cache/paraphrastic/data, the folder `python -m paraphrastic.preprocess.evaluation.download` fills."""
+    if os.environ.get("PARAPHRASTIC_DATA"):
+        return Path(os.environ["PARAPHRASTIC_DATA"])
+    beside = Path(__file__).resolve().parent.parent / "shared" / "data"
+    if beside.is_dir():
+        return beside
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paraphrastic" / "data"
 
 
 class Error(Exception):
@@ -264,6 +277,22 @@ def _os_error(error: BaseException | None) -> OSError | None:
     return error
 
 
+def write_npy_rows(path: str | os.PathLike, row: int, vectors: np.ndarray) -> None:
+    """Write `vectors` at rows [row, row + len) of an existing .npy file, in its dtype, with one positioned write
+    (worker processes fill one output side by side; a memory map per write costs more in page faults)."""
+    with open(path, "rb+") as f:
+        version = np.lib.format.read_magic(f)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = header(f)
+        if fortran or len(shape) != 2 or row + len(vectors) > shape[0]:
+            raise ValueError(f"{path}: rows {row}..{row + len(vectors)} do not fit its {shape} array")
+        data = memoryview(np.ascontiguousarray(vectors, dtype=dtype)).cast("B")
+        at = f.tell() + row * shape[1] * dtype.itemsize
+        while data:  # a regular file takes it all at once, short of a signal or a full disk
+            written = os.pwrite(f.fileno(), data, at)
+            data, at = data[written:], at + written
+
+
 def reserve_space(path: str | os.PathLike) -> None:
     """Allocate the blocks of a (sparse) file now: a full disk is then an error here, rather than a
     SIGBUS later when a memory map of the file writes to a page the file system cannot provide."""
@@ -322,22 +351,39 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def lock_folder(folder: Path) -> BinaryIO:
-    """Hold an exclusive lock on `folder` (its `.lock` file) for as long as the returned file stays open;
+@contextlib.contextmanager
+def lock_folder(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `folder` (its `.lock` file) inside the block, and remove the file after it;
     a second process asking for it gets an InputError at once instead of interleaving its work."""
-    handle = open(folder / ".lock", "wb")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    path = folder / ".lock"
+    while True:
+        handle = open(path, "ab")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise InputError(
+                f"{folder}: another process is training in this folder; wait for it or use another"
+            ) from None
+        try:  # the lock counts only on the file the name still holds (its last holder removes it when done)
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
         handle.close()
-        raise InputError(f"{folder}: another process is training in this folder; wait for it or use another") from None
-    return handle
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        handle.close()
 
 
 def _temp_beside(path: Path) -> tuple[int, str]:
     """A new temporary file next to `path` (same file system, so the rename is atomic), with the
     permissions a plain open() would give under the current umask rather than mkstemp's 0600."""
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # an output's folder is made (a job array's vectors/)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent or ".")
     except OSError as e:
         raise OutputError(f"{path}: cannot create a file there ({e.strerror.lower()})") from None

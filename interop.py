@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from paraphrastic.fileio import HelpFormatter, atomic_output, cli_parser, run_cli
+from paraphrastic.fileio import atomic_output, cli_parser, run_cli
 from paraphrastic.models import CHECKED, SP_FILE, ModelError, SPModel, Tokenizer, load_model
 
 if TYPE_CHECKING:
@@ -148,17 +148,14 @@ def export_folder(model: SPModel, folder: str | os.PathLike) -> Path:
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    """`export`: write a model as a sentence-transformers / model2vec folder."""
-    parser = cli_parser(
-        __doc__, "paraphrastic-export export --output-dir my-model  # then SentenceTransformer('my-model')"
+    """Write a model as a sentence-transformers / model2vec folder."""
+    parser = cli_parser(__doc__, "paraphrastic-export --output-dir my-model  # then SentenceTransformer('my-model')")
+    parser.add_argument(
+        "--load-file", type=Path, help="model to export: a file, or a shipped model's name (default: the English one)"
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    export = commands.add_parser(
-        "export", help="write a model as a static-embedding folder", formatter_class=HelpFormatter
-    )
-    export.add_argument("--load-file", type=Path, help="model to export (any path load_model reads; default model)")
-    export.add_argument("--output-dir", type=Path, required=True, help="folder to write (created if missing)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--output-dir", type=Path, required=True, help="folder to write (created if missing)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv[1:] if argv[:1] == ["export"] else argv)  # `export` was once a subcommand
     folder = export_folder(load_model(args.load_file), args.output_dir)
     print(f"wrote {folder}: load it with SentenceTransformer({str(folder)!r}) or StaticModel.from_pretrained")
     return 0

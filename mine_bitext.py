@@ -47,7 +47,7 @@ from paraphrastic.fileio import (
     run_cli,
     scratch_folder,
 )
-from paraphrastic.models import load_model, use_threads
+from paraphrastic.models import ENGLISH_ONLY, english_only, load_model, use_threads
 
 DEFAULT_THRESHOLD = {"margin": 1.06, "cosine": 0.7}
 
@@ -360,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         open_input(path)
     refuse_same_file(args.output_file, *files, args.load_file, args.sp_model)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
+    if not args.paraphrase and english_only(args.load_file):
+        print(f"note: {ENGLISH_ONLY}", file=sys.stderr)
     start = time.perf_counter()
     with work_dir(args) as work:
         sides = [

@@ -18,12 +18,13 @@ import json
 import os
 import pickle
 import platform
+import shutil
 import string
 import sys
 import tempfile
 import unicodedata
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,7 +45,7 @@ from paraphrastic.encoders import (
     recurrent_layer,
     recurrent_pool,
 )
-from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output
+from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output, write_npy_rows
 from paraphrastic.workers import Workers
 
 FORMAT = "paraphrastic-sp"
@@ -144,11 +145,12 @@ class Bags(NamedTuple):
         end = self.offsets[stop] if stop < len(self.offsets) else len(self.ids)
         return Bags(self.ids[offsets[0] : end], offsets - offsets[0])
 
-    def take(self, idx: torch.Tensor, lengths: torch.Tensor | None = None) -> Bags:
-        """Bags `idx`, in that order, without a Python loop (`lengths`: this batch's, when already at hand)."""
+    def take(self, idx: torch.Tensor, lengths: torch.Tensor | None = None, total: int | None = None) -> Bags:
+        """Bags `idx`, in that order, without a Python loop (`lengths`: this batch's, when already at hand;
+        `total`: their ids' count, when the host knows it, so that a GPU need not report it back)."""
         lens = (self.lengths() if lengths is None else lengths)[idx]
         offsets = torch.cumsum(lens, 0) - lens
-        shift = torch.repeat_interleave(offsets - self.offsets[idx], lens)
+        shift = torch.repeat_interleave(offsets - self.offsets[idx], lens, output_size=total)
         return Bags(self.ids[torch.arange(len(shift), device=self.ids.device) - shift], offsets)
 
     def cat(self, other: Bags) -> Bags:
@@ -290,18 +292,21 @@ class Model(nn.Module):
         size, see `start_multi_process_pool`); the rows are the same bit for bit."""
         if isinstance(texts, str):
             raise TypeError("embed_raw_text takes a list of sentences, not a single string (encode takes either)")
-        if pool is None and (len(texts) < PARALLEL_MIN or torch.get_num_threads() == 1):
+        if not len(texts) or (pool is None and (len(texts) < PARALLEL_MIN or torch.get_num_threads() == 1)):
             return self.embed_here(texts, batch_size)
         with contextlib.nullcontext(pool) if pool is not None else Workers(self) as workers:
             if workers.size == 1:
                 return self.embed_here(texts, batch_size)
             step = max(1, min(JOB_TEXTS, -(-len(texts) // workers.size)))
-            jobs = ((texts[i : i + step], batch_size) for i in range(0, len(texts), step))
-            if self.device.type == "cpu":
-                parts = list(workers.map(_embed_job, jobs))
-            else:  # CPU workers tokenize, the device pools
+            if self.device.type != "cpu":  # CPU workers tokenize, the device pools
+                jobs = ((texts[i : i + step], batch_size) for i in range(0, len(texts), step))
                 parts = [self.embed_tokens(*tokens) for tokens in workers.map(_tokens_job, jobs)]
-        return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
+                return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
+            with shared_rows(len(texts), self.dim) as (path, out):  # the workers write their rows in place
+                jobs = ((texts[i : i + step], batch_size, path, i) for i in range(0, len(texts), step))
+                for _ in workers.map(_embed_job, jobs):
+                    pass
+        return out
 
     def encode(self, texts: str | Sequence[str], batch_size: int = 8192, pool: Workers | None = None) -> np.ndarray:
         """sentence-transformers' name for `embed_raw_text`; a single string gives a 1-D vector."""
@@ -433,8 +438,25 @@ class SPModel(Model):
         return state
 
 
-def _embed_job(model: Model, job: tuple[Sequence[str], int]) -> np.ndarray:
-    return model.embed_here(*job)
+def _embed_job(model: Model, job: tuple[Sequence[str], int, Path, int]) -> None:
+    texts, batch_size, path, row = job
+    write_npy_rows(path, row, model.embed_here(texts, batch_size))
+
+
+@contextlib.contextmanager
+def shared_rows(rows: int, dim: int) -> Iterator[tuple[Path, np.ndarray]]:
+    """A float32 .npy of (rows, dim) that worker processes fill by name, and the caller's array over it: in
+    /dev/shm where it has room, else in the temporary folder; its name is gone after the block, its rows stay."""
+    size = rows * dim * 4 + 4096
+    shm = Path("/dev/shm")
+    room = shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * size
+    fd, name = tempfile.mkstemp(prefix="paraphrastic-rows.", suffix=".npy", dir=shm if room else None)
+    os.close(fd)
+    try:
+        out = np.lib.format.open_memmap(name, mode="w+", dtype=np.float32, shape=(rows, dim))
+        yield Path(name), np.asarray(out)
+    finally:
+        os.unlink(name)
 
 
 def _tokens_job(model: Model, job: tuple[Sequence[str], int]) -> tuple[np.ndarray, np.ndarray]:
@@ -715,7 +737,10 @@ def load_model(
     name "multilingual" (or "default"), when no such file exists, loads that shipped model."""
     path = model_path(path)
     if not path.exists():
-        hint = " (the shipped model is not installed; pass a model file)" if path in SHIPPED.values() else ""
+        if path in SHIPPED.values():
+            hint = " (the shipped model is not installed; pass a model file)"
+        else:
+            hint = f" (give a model file or folder, or a shipped model's name: {', '.join(SHIPPED)})"
         raise ModelError(f"{path}: no such model file{hint}")
     if not path.is_file() and not path.is_dir():
         raise ModelError(f"{path}: {NOT_REGULAR}")
@@ -747,15 +772,29 @@ def unknown_warning(model: Model, stats: dict) -> str | None:
     share = stats.get("mostly_unknown", 0) / max(stats.get("unknown_checked", 0), 1)
     if not share:
         return None
-    hint = (
-        ""
-        if model.config.get("multilingual")
-        else "; for Arabic, Chinese, French, German, Russian, Spanish or Turkish use --load-file multilingual"
-    )
+    if model.tokenizers[0].kind != "sp":  # a vocabulary counted on the training text: its gaps are not languages
+        hint = (
+            f"; this model's {model.tokenizers[0].kind}s are the {len(model.tokenizers[0]):,} most frequent of its "
+            "training text: train it on more text or with a larger --max-types, or use a sentencepiece model"
+        )
+    elif model.config.get("multilingual"):
+        hint = ""
+    else:
+        hint = "; for Arabic, Chinese, French, German, Russian, Spanish or Turkish use --load-file multilingual"
     return (
         f"warning: {100 * share:.1f}% of the sentences checked ({stats['unknown_checked']}) are mostly pieces this model "
         f"does not know, so their vectors are close to one shared vector and their scores mean little{hint}"
     )
+
+
+ENGLISH_ONLY = (
+    "the shipped English model reads English only: for other languages and translations use --load-file multilingual"
+)
+
+
+def english_only(path: str | os.PathLike | None) -> bool:
+    """Whether a model argument names the shipped English model (for a one-time hint on cross-lingual work)."""
+    return model_path(path) == DEFAULT_MODEL
 
 
 def model_path(path: str | os.PathLike | None) -> Path:

@@ -34,6 +34,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -78,6 +79,7 @@ STATE_FORMAT = "paraphrastic-train-state"
 STATE_VERSION = 2
 SP_SENTENCES = 2_000_000  # distinct sentences a new sentencepiece model is trained on
 MINE_CHUNK = 2048  # rows per similarity block when mining (measured best of 2048-6400)
+SYNC_FREE_ON_CPU = False  # tests set it to run the GPU's step (no waits on the device) on a CPU
 EMBED_CHUNK = 8192  # sentences embedded at once when mining (bounds an LSTM's padded batch)
 STRUCTURE = ("encoder", "lowercase", "parts", "combine")  # the config keys that say what a model is
 SP_INPUT = "sentencepiece-input.txt"  # temporary text a new sentencepiece model is trained on
@@ -301,15 +303,46 @@ def scramble(ids: torch.Tensor, offsets: torch.Tensor, rate: float) -> torch.Ten
     return ids[order[torch.argsort(owner[order], stable=True)]]
 
 
+def unique_rows(ids: torch.Tensor, spare: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct table rows of a batch and each id's position among them (torch.unique's). With `spare` the rows
+    come in a fixed size, len(ids): the distinct ones ascending, then the spare row (one past the table, never in
+    a bag) as filler, so that a GPU never has to tell the host how many there are."""
+    if spare is None:
+        return torch.unique(ids, return_inverse=True)
+    ordered, order = torch.sort(ids)
+    new = torch.ones_like(ordered, dtype=torch.bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    slot = torch.cumsum(new, 0) - 1
+    return torch.full_like(ids, spare).scatter_(0, slot, ordered), torch.empty_like(slot).scatter_(0, order, slot)
+
+
+def segment_mean(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+    """mean_pool by a gather and an index_add: the same means, with a backward pass that never waits on the GPU
+    (embedding_bag's reads its number of distinct ids back to the host)."""
+    total = torch.full((1,), len(ids), dtype=offsets.dtype, device=offsets.device)
+    lengths = torch.diff(offsets, append=total)
+    owner = torch.repeat_interleave(torch.arange(len(offsets), device=ids.device), lengths, output_size=len(ids))
+    rows = F.dropout(table.index_select(0, ids), p=dropout, training=dropout > 0)
+    sums = torch.zeros(len(offsets), table.shape[1], dtype=table.dtype, device=table.device).index_add_(0, owner, rows)
+    return sums / lengths.clamp_min(1).unsqueeze(1).to(table.dtype)
+
+
 def all_finite(tensors: list[torch.Tensor]) -> bool:
     """Whether every value is finite, read from the tensors' sums (a NaN or inf makes its sum non-finite;
     torch.isfinite over a large tensor is several times slower than a sum)."""
     return all(map(math.isfinite, torch.stack([t.sum() for t in tensors]).tolist()))
 
 
-def clip_gradient(grads: list[torch.Tensor], max_norm: float | None) -> float:
-    """Scale `grads` in place so their joint L2 norm is at most `max_norm`; returns the norm before clipping."""
-    norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
+def clip_gradient(grads: list[torch.Tensor], max_norm: float | None, on_device: bool = False) -> float | None:
+    """Scale `grads` in place so their joint L2 norm is at most `max_norm`; returns the norm before clipping
+    (`on_device`: the scale is computed and applied where the gradients are, and nothing is returned)."""
+    norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+    if on_device:
+        scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(scale)
+        return None
+    norm = float(norm)
     if max_norm and norm > max_norm:
         for g in grads:
             g.mul_(max_norm / (norm + 1e-6))
@@ -328,15 +361,21 @@ class LazyAdam:
     (virtual machines), allocating tens of MiB per step costs more than the arithmetic.
     """
 
-    def __init__(self, table: torch.Tensor, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+    def __init__(self, table: torch.Tensor, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, spare: int = 0):
+        """`spare`: rows at the end of `table` that are no part of the model (unique_rows' filler), never saved."""
         self.table, self.lr, self.betas, self.eps = table, lr, betas, eps
+        self.rows = table.shape[0] - spare
         self.moments = torch.zeros(2, *table.shape, dtype=table.dtype, device=table.device)
         self.buffers = torch.empty(0, dtype=table.dtype, device=table.device)
         self.steps = 0
+        self.counted: torch.Tensor | None = None  # the step count on the device, for masked steps
 
     @torch.no_grad()
-    def step(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
-        """Apply one Adam update to `rows` (unique) given their gradient."""
+    def step(self, rows: torch.Tensor, grad: torch.Tensor, ok: torch.Tensor | None = None) -> None:
+        """Apply one Adam update to `rows` (unique) given their gradient; with `ok` (a boolean on the device) the
+        update, moments and step count change only where it is true, decided on the device without a wait."""
+        if ok is not None:
+            return self._masked_step(rows, grad, ok)
         self.steps += 1
         b1, b2 = self.betas
         if self.buffers.numel() < 2 * grad.numel():
@@ -350,12 +389,30 @@ class LazyAdam:
         update = m.div_(v.sqrt_().add_(self.eps * root))
         self.table.index_add_(0, rows, update, alpha=-self.lr * root / (1 - b1**self.steps))
 
+    def _masked_step(self, rows: torch.Tensor, grad: torch.Tensor, ok: torch.Tensor) -> None:
+        """`step`'s arithmetic with the step count and the bias corrections as device tensors, kept or discarded
+        by `ok` (a skipped batch leaves everything as it was, as on the host's path)."""
+        if self.counted is None:
+            self.counted = torch.tensor(self.steps, dtype=torch.float64, device=self.table.device)
+        self.counted += ok
+        b1, b2 = self.betas
+        m_old, v_old = self.moments[0].index_select(0, rows), self.moments[1].index_select(0, rows)
+        m = torch.where(ok, m_old.lerp(grad, 1 - b1), m_old)
+        v = torch.where(ok, v_old * b2 + (1 - b2) * grad * grad, v_old)
+        self.moments[0].index_copy_(0, rows, m)
+        self.moments[1].index_copy_(0, rows, v)
+        root = torch.sqrt(1 - b2**self.counted)
+        step = (self.lr * root / (1 - b1**self.counted)).to(grad.dtype)
+        update = torch.where(ok, m / (v.sqrt() + self.eps * root.to(grad.dtype)), 0)
+        self.table.index_add_(0, rows, update * -step)
+
     def state_dict(self) -> dict:
-        return {"steps": self.steps, "moments": self.moments}
+        steps = self.steps if self.counted is None else int(self.counted)
+        return {"steps": steps, "moments": self.moments[:, : self.rows]}
 
     def load_state_dict(self, state: dict) -> None:
-        self.steps = int(state["steps"])
-        self.moments.copy_(state["moments"])
+        self.steps, self.counted = int(state["steps"]), None
+        self.moments[:, : self.rows].copy_(state["moments"])
 
 
 # ----------------------------------------------------------------------------- training
@@ -435,9 +492,12 @@ class MegaBatch:
         self.n = len(data)
         flat = np.concatenate([data.src[0], data.tgt[0]])
         lengths = np.concatenate([data.src[1], data.tgt[1]])
-        self.sentences = model.rows_and_offsets(flat, lengths).to(device)
+        bags = model.rows_and_offsets(flat, lengths)
+        self.host_lengths = bags.lengths().numpy()  # the host's copy: a mini-batch's size without asking the GPU
+        self.sentences = bags.to(device)
         self.lengths = self.sentences.lengths()
         self.negatives: torch.Tensor | None = None
+        self.host_negatives: np.ndarray | None = None
 
     def mine(self, model: Model, bitext: bool, dtype: torch.dtype) -> None:
         """Embed every sentence without dropout and pick each one's hardest negative."""
@@ -445,6 +505,7 @@ class MegaBatch:
             s = self.sentences
             vectors = torch.cat([model(*s.slice(a, a + EMBED_CHUNK)) for a in range(0, 2 * self.n, EMBED_CHUNK)])
         self.negatives = mine_hardest(vectors, sentence_groups(*self.sentences), bitext, dtype)
+        self.host_negatives = None
 
     def minibatch(self, start: int, stop: int, one_sided: bool):
         """(bags, validity) of [sources, targets, negatives of sources(, negatives of targets)]."""
@@ -454,7 +515,120 @@ class MegaBatch:
         partners = [(a + self.n) % (2 * self.n) for a in anchors]
         fallback = [torch.where(neg >= 0, neg, p) for neg, p in zip(negatives, partners, strict=True)]
         idx = torch.cat([pairs, pairs + self.n, *fallback])
-        return self.sentences.take(idx, self.lengths), [(neg >= 0).float() for neg in negatives]
+        total = self.ids_in(start, stop, one_sided) if idx.is_cuda or SYNC_FREE_ON_CPU else None
+        return self.sentences.take(idx, self.lengths, total), [(neg >= 0).float() for neg in negatives]
+
+    def ids_in(self, start: int, stop: int, one_sided: bool) -> int:
+        """The number of ids in `minibatch(start, stop)`'s bags, from the host's copies (the negatives are read
+        back once a mega-batch), so that a GPU's step needs no answer from it."""
+        if self.host_negatives is None:
+            self.host_negatives = self.negatives.cpu().numpy()
+        pairs = np.arange(start, stop)
+        anchors = [pairs] if one_sided else [pairs, pairs + self.n]
+        negatives = [self.host_negatives[a] for a in anchors]
+        fallback = [
+            np.where(neg >= 0, neg, (a + self.n) % (2 * self.n)) for neg, a in zip(negatives, anchors, strict=True)
+        ]
+        return int(self.host_lengths[np.concatenate([pairs, pairs + self.n, *fallback])].sum())
+
+
+class GraphedSteps:
+    """Mini-batch updates of fixed shapes, recorded once as a CUDA graph and replayed: a step then costs the host one
+    launch instead of a hundred, which is what a GPU's step at batch 128 waits for otherwise.
+
+    Each mega-batch is copied into buffers that keep their addresses; a step reads its pairs from them by its start
+    (a one-number buffer) and pads its ids to C, a power of two fixed for the mega-batch, with a last bag of the
+    spare row that no loss reads. The first step of each shape runs directly (warming the kernels up) and is then
+    recorded; where recording fails, or off a GPU (the tests), every step runs that same code directly.
+    """
+
+    def __init__(self, trainer: Trainer):
+        self.trainer, self.device = trainer, trainer.device
+        self.record = trainer.device.type == "cuda"
+        self.graphs: dict[int, torch.cuda.CUDAGraph | None] = {}
+        self.loaded: MegaBatch | None = None
+        self.size = self.capacity = 0
+        self.numbers = torch.zeros(3, dtype=torch.int64, device=self.device)  # start, n, where the padding sits
+        self.loss = torch.zeros((), device=self.device)
+
+    def step(self, mb: MegaBatch, lo: int, hi: int) -> torch.Tensor | None:
+        """The update of mini-batch [lo, hi) of `mb` (its loss), or None for train_step to do (a short one)."""
+        if hi - lo != self.trainer.config.batch_size:
+            return None
+        if mb is not self.loaded:
+            self.load(mb)
+        self.numbers[0].fill_(lo)
+        graph = self.graphs.get(self.size)
+        if graph is not None:
+            graph.replay()
+        else:
+            self.first_run()
+        return self.loss.clone()
+
+    def load(self, mb: MegaBatch) -> None:
+        """Copy a new mega-batch into the buffers (grown, and the graphs dropped, when it does not fit) and fix the
+        padded size of its steps."""
+        batch, one_sided = self.trainer.config.batch_size, self.trainer.config.one_sided
+        most = max((mb.ids_in(lo, lo + batch, one_sided) for lo in range(0, mb.n - batch + 1, batch)), default=1)
+        self.size = 1 << (most - 1).bit_length()  # a power of two: few shapes over a run, few graphs
+        ids, n2 = len(mb.sentences.ids), 2 * mb.n
+        if ids + self.size > self.capacity or n2 > len(getattr(self, "offsets", ())):
+            self.capacity = 1 << (ids + self.size).bit_length()
+            self.ids = torch.empty(self.capacity, dtype=torch.int64, device=self.device)
+            self.offsets, self.lengths, self.negatives = (
+                torch.empty(1 << n2.bit_length(), dtype=torch.int64, device=self.device) for _ in range(3)
+            )
+            self.positions = torch.arange(max(self.capacity, len(self.offsets)), device=self.device)
+            self.graphs = {}
+        self.ids[:ids].copy_(mb.sentences.ids)
+        self.ids[ids : ids + self.size].fill_(self.trainer.optimizer.rows)  # the padding: the spare row
+        self.offsets[:n2].copy_(mb.sentences.offsets)
+        self.lengths[:n2].copy_(mb.lengths)
+        self.negatives[:n2].copy_(mb.negatives)
+        self.numbers[1].fill_(mb.n)
+        self.numbers[2].fill_(ids)
+        self.loaded = mb
+
+    def first_run(self) -> None:
+        """Run a step of a new shape directly (on a side stream, as a graph's warm-up must), then record it."""
+        if not self.record:
+            return self.run()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.run()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self.run()
+        except RuntimeError as e:  # recording refused: every step runs directly from here on, as on a CPU
+            tqdm.write(f"warning: CUDA graphs unavailable ({str(e).splitlines()[0]}); steps run one kernel at a time")
+            self.record = False
+            return
+        self.graphs[self.size] = graph
+
+    def run(self) -> None:
+        """The step itself, in fixed shapes: MegaBatch.minibatch's bags padded to `size` ids, then train_step."""
+        config, trainer = self.trainer.config, self.trainer
+        batch, size = config.batch_size, self.size
+        start, n, pad_at = self.numbers[0], self.numbers[1], self.numbers[2]
+        pairs = start + self.positions[:batch]
+        anchors = [pairs] if config.one_sided else [pairs, pairs + n]
+        negatives = [self.negatives[a] for a in anchors]
+        fallback = [torch.where(neg >= 0, neg, (a + n) % (2 * n)) for neg, a in zip(negatives, anchors, strict=True)]
+        idx = torch.cat([pairs, pairs + n, *fallback])
+        lens = self.lengths[idx]
+        lens = torch.cat([lens, (size - lens.sum()).view(1)])  # the padding bag takes the rest
+        sources = torch.cat([self.offsets[idx], pad_at.view(1)])
+        offsets = torch.cumsum(lens, 0) - lens
+        ids = self.ids[self.positions[:size] - torch.repeat_interleave(offsets - sources, lens, output_size=size)]
+        rows, local = unique_rows(ids, trainer.optimizer.rows)
+        sub = trainer.optimizer.table.index_select(0, rows).requires_grad_()
+        vectors = segment_mean(sub, local, offsets, config.dropout)[:-1]
+        loss = trainer.margin(vectors, [(neg >= 0).float() for neg in negatives])
+        loss.backward()
+        self.loss.copy_(trainer.apply_on_device(loss, rows, sub.grad))
 
 
 class NonFiniteLoss(Error):
@@ -477,9 +651,17 @@ class Trainer:
         self.config, self.model, self.sampler, self.on_step, self.ranks = config, model, sampler, on_step, ranks
         self.out = config.output_dir
         self.device = model.device
-        table = model.embedding.weight.data
-        self.optimizer = LazyAdam(table, config.lr)
         self.dense = list(model.lstms.parameters())  # LSTM weights: every step touches all of them
+        # On a GPU a step never waits for the device: fixed-size rows, flags kept there (one process, no LSTM)
+        self.sync_free = (self.device.type == "cuda" or SYNC_FREE_ON_CPU) and ranks.world == 1 and not self.dense
+        table = model.embedding.weight.data
+        if self.sync_free:  # one spare row past the table takes unique_rows' filler
+            table = torch.cat([table, table.new_zeros(1, table.shape[1])])
+            model.embedding.weight.data = table[:-1]
+        self.optimizer = LazyAdam(table, config.lr, spare=int(self.sync_free))
+        self.bad = torch.zeros((), dtype=torch.int64, device=self.device)  # non-finite updates not yet reported
+        plain = not (config.distill or config.relate or config.scramble_rate) and model.poolings == ["mean"]
+        self.graphs = GraphedSteps(self) if self.sync_free and plain else None
         self.dense_optimizer = torch.optim.Adam(self.dense, lr=config.lr) if self.dense else None
         self.mine_dtype = mining_dtype(config.mine_precision, self.device)
         self.step = self.epoch = self.offset = self.inner = 0
@@ -582,7 +764,7 @@ class Trainer:
                 m = math.ceil(mb.n / config.batch_size)
                 while self.inner < m and self.step < self.total_steps and not self.ranks.any(self.stop_requested):
                     lo, start = self.inner * config.batch_size, time.perf_counter()
-                    loss = self.train_step(*mb.minibatch(lo, min(lo + config.batch_size, mb.n), config.one_sided))
+                    loss = self.update(mb, lo, min(lo + config.batch_size, mb.n))
                     self.seconds["update"] += time.perf_counter() - start
                     self.step += 1
                     self.inner += 1
@@ -625,7 +807,7 @@ class Trainer:
         self.seconds["mine"] += time.perf_counter() - read
         return True
 
-    def train_step(self, bags: Bags, valid: list[torch.Tensor]) -> float | None:
+    def train_step(self, bags: Bags, valid: list[torch.Tensor]) -> float | torch.Tensor | None:
         """One update on a mini-batch: gather the rows it uses, pool, margin loss (plus the distillation
         loss with --distill), row-sparse gradient for the table, dense for LSTM weights."""
         pooled = len(bags.offsets)  # the margin loss's sentences; distillation's follow them
@@ -638,18 +820,17 @@ class Trainer:
             related, relations = self.relate.batch(self.step, self.device)
             bags = bags.cat(related)
         parts = self.model.split_parts(*bags)
-        rows, local = torch.unique(torch.cat([p[0] for p in parts]), return_inverse=True)
-        sub = self.model.embedding.weight.data.index_select(0, rows).requires_grad_()
-        local_parts = zip(local.split([len(p[0]) for p in parts]), (p[1] for p in parts), strict=True)
+        spare = self.optimizer.rows if self.sync_free else None
+        rows, local = unique_rows(torch.cat([p[0] for p in parts]), spare)
+        sub = self.optimizer.table.index_select(0, rows).requires_grad_()
+        local_parts = list(zip(local.split([len(p[0]) for p in parts]), (p[1] for p in parts), strict=True))
         if self.dense_optimizer:
             self.dense_optimizer.zero_grad()
-        vectors = self.model.pool_parts(sub, list(local_parts), self.config.dropout)
-        parts = vectors[:pooled].split(len(valid[0]))
-        if self.config.one_sided:
-            loss = margin_loss(parts[0], parts[1], parts[2], None, self.config.delta, valid[0])
+        if self.sync_free and self.model.poolings == ["mean"]:
+            vectors = segment_mean(sub, *local_parts[0], self.config.dropout)
         else:
-            loss = margin_loss(parts[0], parts[1], parts[2], parts[3], self.config.delta, valid[0], valid[1])
-        loss = self.config.margin_weight * loss
+            vectors = self.model.pool_parts(sub, local_parts, self.config.dropout)
+        loss = self.margin(vectors[:pooled], valid)
         if self.distill is not None:
             taught = vectors[pooled : pooled + len(targets)]
             loss = loss + self.config.distill_weight * distill_loss(taught, targets)
@@ -662,6 +843,8 @@ class Trainer:
         if self.relate is not None:
             loss = loss + self.config.relate_weight * relational_loss(vectors[-len(relations) :], relations)
         loss.backward()
+        if self.sync_free:
+            return self.apply_on_device(loss, rows, sub.grad)
         rows, grad, loss = self.ranks.sum_rows(rows, sub.grad, loss)
         self.ranks.mean_([p.grad for p in self.dense])  # the LSTM weights' gradients
         grads = [grad] + [p.grad for p in self.dense]
@@ -673,6 +856,47 @@ class Trainer:
         if self.dense_optimizer:
             self.dense_optimizer.step()
         return loss.item()
+
+    def margin(self, vectors: torch.Tensor, valid: list[torch.Tensor]) -> torch.Tensor:
+        """The weighted margin loss of a mini-batch's vectors: sources, targets, then their negatives' (one or two
+        groups of the mini-batch's size)."""
+        parts = vectors.split(len(valid[0]))
+        if self.config.one_sided:
+            loss = margin_loss(parts[0], parts[1], parts[2], None, self.config.delta, valid[0])
+        else:
+            loss = margin_loss(parts[0], parts[1], parts[2], parts[3], self.config.delta, valid[0], valid[1])
+        return self.config.margin_weight * loss
+
+    def apply_on_device(self, loss: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """The update of a step that never waits for the GPU: the finiteness check, clipping and Adam all stay on
+        the device (a non-finite update is masked there and counted in `bad`, read at the next log or save);
+        returns the loss, 0 where masked."""
+        ok = torch.isfinite(loss) & torch.isfinite(grad.sum())
+        self.bad += ~ok
+        if self.config.grad_clip:
+            clip_gradient([grad], self.config.grad_clip, on_device=True)
+        self.optimizer.step(rows, grad, ok)
+        return torch.where(ok, loss.detach(), 0)
+
+    def update(self, mb: MegaBatch, lo: int, hi: int) -> float | torch.Tensor | None:
+        """One mini-batch's update: replayed from a CUDA graph where one serves it, else train_step."""
+        if self.graphs is not None and (loss := self.graphs.step(mb, lo, hi)) is not None:
+            return loss
+        return self.train_step(*mb.minibatch(lo, hi, self.config.one_sided))
+
+    def report_skipped(self) -> None:
+        """Read the device's count of non-finite updates (masked there) and act on them as non_finite does: a
+        warning per batch with --on-nan skip, else stop, with resume.pt still the last good checkpoint."""
+        bad = int(self.bad)
+        if not bad:
+            return
+        self.bad.zero_()
+        what = f"{bad} update(s) up to update {self.step} had a non-finite loss or gradient and were not applied"
+        if self.config.on_nan == "skip":
+            self.skipped += bad
+            tqdm.write(f"warning: {what}; batches skipped ({self.skipped} so far, --on-nan skip)", file=sys.stderr)
+            return
+        raise self.stopped(what)
 
     def non_finite(self, loss: float) -> None:
         """A non-finite loss or gradient: skip the batch with a warning (--on-nan skip), or stop (default)."""
@@ -694,8 +918,9 @@ class Trainer:
     # -- outputs
 
     def _log_progress(self, window: dict, bar: tqdm, m: int) -> None:
+        loss = float(window["loss"]) / max(window["steps"], 1)  # on a GPU the one wait for it in a log window
+        self.report_skipped()
         now = time.perf_counter()
-        loss = window["loss"] / max(window["steps"], 1)
         saving = self.seconds["save"] - window["saved"]
         rate = window["pairs"] / max(now - window["time"] - saving, 1e-9)
         bar.set_postfix(loss=f"{loss:.4f}", pairs_s=f"{rate:.0f}", M=m)
@@ -719,6 +944,7 @@ class Trainer:
         Its time is counted apart, so pairs/s measures training alone."""
         if self.saved_at == self.step:
             return
+        self.report_skipped()
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):  # never save a broken model
             raise self.stopped(f"the model's weights are not finite at update {self.step}")
         self.saved_at, start = self.step, time.perf_counter()
@@ -1138,6 +1364,27 @@ def drop_torn_line(path: Path) -> None:
             f.truncate(data.rfind(b"\n") + 1)
 
 
+def warn_if_grouped(source, config: Config, sample: int = 20_000) -> None:
+    """Warn when mega-batches of M > 1 meet pairs that share sentences (groups of paraphrases, such as several
+    captions of one image): the hardest "negative" is then mostly a paraphrase, and such training collapses."""
+    if config.megabatch_size <= 1:
+        return
+    n = min(len(source), sample)
+    sentences = [
+        flat[start : start + length].tobytes()
+        for flat, lengths in source.read(0, n)
+        for start, length in zip((np.cumsum(lengths) - lengths).tolist(), lengths.tolist(), strict=True)
+    ]
+    counts = Counter(sentences)
+    shared = sum(counts[s] > 1 for s in sentences) / max(len(sentences), 1)
+    if shared > 0.5:
+        tqdm.write(
+            f"warning: {shared:.0%} of the sentences of the first {n} pairs occur in more than one pair (groups of "
+            f"paraphrases, such as captions of one image); with M > 1 their hardest negatives are mostly "
+            f"paraphrases and training collapses (docs/training.md): consider --megabatch-size 1"
+        )
+
+
 def sentencepiece_tokenizer(config: Config, out: Path, threads: int, lowercase: bool) -> Tokenizer:
     """The --sp-model, or one trained on the pairs and saved as sp.model."""
     if config.sp_model is not None:
@@ -1146,7 +1393,13 @@ def sentencepiece_tokenizer(config: Config, out: Path, threads: int, lowercase: 
     sp = sentencepiece_from_text(config.train_file, config.vocab_size, lowercase, config.skip_bad_lines, threads, out)
     with atomic_output(out / "sp.model") as f:
         f.write(sp)
-    return Tokenizer(sp, lowercase)
+    tokenizer = Tokenizer(sp, lowercase)
+    if len(tokenizer) < config.vocab_size:
+        tqdm.write(
+            f"note: sentencepiece made {len(tokenizer)} pieces, not the {config.vocab_size} asked: the training "
+            "text holds no more distinct pieces (more text gives more; a smaller --vocab-size says what you get)"
+        )
+    return tokenizer
 
 
 def new_model(config: Config, out: Path, threads: int, lowercase: bool, sp: Tokenizer | None = None) -> Model:
@@ -1251,14 +1504,22 @@ def run(args: argparse.Namespace, device: str, on_step: Callable[[Trainer], None
             what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             raise InputError(f"{out / 'resume.pt'}: damaged training state ({what}); {START_OVER}") from None
         drop_torn_line(out / "metrics.jsonl")
-        tqdm.write(f"resuming from step {trainer.step} of {out}")
+        if ranks.is_main:
+            tqdm.write(f"resuming from step {trainer.step} of {out}")
     ranks.share(trainer)  # this rank's share of the data from here on
-    tqdm.write(
-        f"training {len(source)} pairs: {model.kind} model, dim {model.dim}, {model.embedding.num_embeddings} rows, "
-        f"batch {config.batch_size}, M up to {config.megabatch_size}, {trainer.total_steps} updates, "
-        f"{device}, mining in {str(trainer.mine_dtype).removeprefix('torch.')}"
-    )
-    return trainer.train()
+    if ranks.is_main:  # one header for the run, not one per process
+        ends = f" (--epochs {config.epochs} end first)" if trainer.total_steps < (config.max_steps or 0) else ""
+        tqdm.write(
+            f"training {len(source)} pairs: {model.kind} model, dim {model.dim}, {model.embedding.num_embeddings} "
+            f"rows, batch {config.batch_size}, M up to {config.megabatch_size}, {trainer.total_steps} updates{ends}, "
+            f"{device}, mining in {str(trainer.mine_dtype).removeprefix('torch.')}"
+        )
+        warn_if_grouped(source, config)
+    code = trainer.train()
+    if ranks.is_main and code == 0:
+        best = f"; best dev checkpoint {out / 'best.pt'}" if (out / "best.pt").exists() else ""
+        tqdm.write(f"saved {out / 'model.pt'} (after update {trainer.step}){best}")
+    return code
 
 
 if __name__ == "__main__":

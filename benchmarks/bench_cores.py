@@ -6,9 +6,9 @@ For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `par
 on --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score
 --threads N` on as many pairs, and `model.encode` on --encode sentences with N workers; beside them the limit
 N x (sentencepiece alone on one thread, same lines), the fraction of it reached, and the speed-up over N = 1.
-Then the peak anonymous memory (RssAnon of the command and its workers, the output's file pages aside) of
+Then the peak anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of
 `paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of ../shared/data,
-repeated to the size asked.
+repeated to the size asked (or --text's lines, on a machine without ../shared/data).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from paraphrastic import models
 BIN = Path(sys.executable).parent
 
 
-def write_lines(path: Path, n: int) -> list[str]:
-    sentences = english_sentences()
+def write_lines(path: Path, n: int, source: Path | None = None) -> list[str]:
+    """`n` lines of the fixed English sample (or of `source`'s lines), repeated as needed, written to `path`."""
+    sentences = source.read_text(encoding="utf-8").splitlines() if source else english_sentences()
     lines = [sentences[i % len(sentences)] for i in range(n)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return lines
@@ -45,14 +46,15 @@ def core_counts(cores: int) -> list[int]:
 
 
 def anon_kib(pid: int) -> int:
-    """RssAnon of a process and its children, in KiB (0 once it is gone)."""
+    """Anonymous memory of a process and its children in KiB, by proportional share (Pss_Anon: a page the forked
+    workers share with their parent counts once, not once a process), 0 once they are gone."""
     total = 0
     for p in [pid, *children(pid)]:
         try:
-            status = Path(f"/proc/{p}/status").read_text()
+            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
         except OSError:
             continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("RssAnon:")), 0)
+        total += next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss_Anon:")), 0)
     return total
 
 
@@ -64,27 +66,29 @@ def children(pid: int) -> list[int]:
     return [int(c) for c in found]
 
 
-def timed(cmd: list[str]) -> tuple[float, int]:
-    """(wall seconds, peak RssAnon KiB of the process tree, sampled every 20 ms) of a command that must succeed."""
+def timed(cmd: list[str], sample: float | None = None) -> tuple[float, int]:
+    """(wall seconds, peak anonymous KiB of the process tree, read every `sample` seconds, else 0) of a command
+    that must succeed (the throughput runs read no memory: the reading would take a core's share)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = 0
     while proc.poll() is None:
-        peak = max(peak, anon_kib(proc.pid))
-        time.sleep(0.02)
+        if sample:
+            peak = max(peak, anon_kib(proc.pid))
+        time.sleep(sample or 0.01)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr.read()[-2000:]}")
     return seconds, peak
 
 
-def sentencepiece_alone(lines: list[str]) -> float:
-    """Sentences/s of the shipped model's sentencepiece (with its lowercasing) on one thread."""
+def sentencepiece_alone(lines: list[str], threads: int = 1) -> float:
+    """Sentences/s of the shipped model's sentencepiece (with its lowercasing) on `threads` of its own threads."""
     tokenizer = models.load_model().tokenizers[0]
-    sample = lines[:200_000]
+    sample = lines[:400_000]
     start = time.perf_counter()
-    for i in range(0, len(sample), 8192):
-        tokenizer.encode(sample[i : i + 8192], num_threads=1)
+    for i in range(0, len(sample), 65536):
+        tokenizer.encode(sample[i : i + 65536], num_threads=threads)
     return len(sample) / (time.perf_counter() - start)
 
 
@@ -105,28 +109,34 @@ def main() -> None:
     p.add_argument("--lines", type=int, default=2_000_000, help="lines for the command-line runs")
     p.add_argument("--encode", type=int, default=1_000_000, help="sentences for model.encode")
     p.add_argument("--memory", default="100000,5000000", help="input sizes for the memory check")
+    p.add_argument("--text", type=Path, help="take the lines from this file instead (a machine without the data)")
     p.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)), help="largest worker count")
+    p.add_argument("--skip-score", action="store_true", help="leave out paraphrastic-score (a shorter run)")
+    p.add_argument("--counts", help="worker counts to run, comma-separated (default 1, 2, 4, ... up to --cores)")
     args = p.parse_args()
     print(machine_header())
     print(f"cpu: {models.cpu_name()}, {args.cores} cores used")
     with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
         tmp = Path(tmp)
         text, pairs = tmp / "lines.txt", tmp / "pairs.txt"
-        lines = write_lines(text, args.lines)
+        lines = write_lines(text, args.lines, args.text)
         pairs.write_text("".join(f"{a}\t{b}\n" for a, b in zip(lines, lines[1:] + lines[:1], strict=True)))
         single = sentencepiece_alone(lines)
-        print(f"sentencepiece alone, 1 thread: {single:,.0f} sentences/s\n")
+        own = sentencepiece_alone(lines, args.cores)
+        print(f"sentencepiece alone: 1 thread {single:,.0f} sentences/s; its own {args.cores} threads {own:,.0f} "
+              f"({own / single:.1f}x: what the tokenizer itself gains from the cores)\n")  # fmt: skip
         print(
             "| workers | embed CLI (sent/s) | score CLI (pairs/s) | model.encode (sent/s) | limit N x sentencepiece "
             "| embed / limit | embed speed-up | score speed-up | encode speed-up |"
         )
         print("|---|---|---|---|---|---|---|---|---|")
         first = None
-        for n in core_counts(args.cores):
+        for n in map(int, args.counts.split(",")) if args.counts else core_counts(args.cores):
             embed_s, _ = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
                                 str(tmp / "out.npy"), "--threads", str(n), "--quiet"])  # fmt: skip
-            score_s, _ = timed([str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
-                                str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])  # fmt: skip
+            score_s = float("nan") if args.skip_score else timed(
+                [str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
+                 str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])[0]  # fmt: skip
             done = subprocess.run([sys.executable, "-c", ENCODE, str(text), str(args.encode), str(n)],
                                   capture_output=True, text=True, check=True)  # fmt: skip
             rates = (args.lines / embed_s, args.lines / score_s, float(done.stdout.split()[-1]))
@@ -135,13 +145,15 @@ def main() -> None:
             ups = " | ".join(f"{r / f:.2f}x" for r, f in zip(rates, first, strict=True))
             print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} "
                   f"| {rates[0] / limit:.0%} | {ups} |", flush=True)  # fmt: skip
-        print("\npeak anonymous memory of paraphrastic-embed (all workers, RssAnon; the output's pages aside):")
-        for size in map(int, args.memory.split(",")):
-            write_lines(text, size)
+        print(
+            "\npeak anonymous memory of paraphrastic-embed (the command and its workers, Pss_Anon; the output's pages aside):"
+        )
+        for size in [int(size) for size in args.memory.split(",") if size]:
+            write_lines(text, size, args.text)
             seconds, peak = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
-                                   str(tmp / "out.npy"), "--threads", str(args.cores), "--quiet"])  # fmt: skip
+                                   str(tmp / "out.npy"), "--threads", str(args.cores), "--quiet"], sample=0.05)  # fmt: skip
             rows = np.load(tmp / "out.npy", mmap_mode="r").shape[0]
-            print(f"  {size:>10,} lines: {peak / 1024:,.0f} MiB RssAnon, {seconds:.1f} s, {rows:,} rows written "
+            print(f"  {size:>10,} lines: {peak / 1024:,.0f} MiB anonymous, {seconds:.1f} s, {rows:,} rows written "
                   f"({args.cores} workers)")  # fmt: skip
             (tmp / "out.npy").unlink()
 

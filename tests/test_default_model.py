@@ -1,10 +1,10 @@
 """The shipped English model: loads with no path, and reproduces the figures its model card states."""
 
 import json
-import sys
 
 import pytest
-from conftest import ROOT, stated_figure
+from conftest import stated_figure
+from dev_parts import dev_figures
 
 from paraphrastic import evaluate, models
 
@@ -41,9 +41,6 @@ def test_default_model_reproduces_its_sts_figure(shared_data, tmp_path):
 def test_dev_parts_score_the_dev_sets_as_evaluate_does(shared_data):
     """scripts/dev_parts.py (the model card's forum figures): its whole-set figures are evaluate.py's, and the
     forum part is the harder one, as the card says."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from dev_parts import dev_figures
-
     model = models.load_model()
     figures = dev_figures(model, shared_data)
     stsb = shared_data / "sts" / "en" / "stsb" / "dev.tsv"

@@ -372,3 +372,19 @@ def test_many_requests_at_once_are_queued_and_answered(page, server, default_mod
     scores = [job.result(timeout=60)[0] for job in jobs]
     assert scores == [f"{s:.4f}" for s in default_model.score_raw_text(pairs)]
     page.alive()
+
+
+def test_a_port_in_use_is_refused_with_our_option_name():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(InputError, match="pass another --port"):
+            demo.check_port("127.0.0.1", taken.getsockname()[1])
+
+
+def test_the_matching_view_opens_with_an_example_and_hints_at_the_multilingual_model():
+    first, second = demo.MATCH_EXAMPLE
+    assert len(first) == len(second) >= 2
+    rows = demo.match_lists(demo.get_model("default"), "\n".join(first), "\n".join(second))
+    assert len(rows) == len(first)
+    assert "multilingual" in models.ENGLISH_ONLY and models.english_only("default")

@@ -223,7 +223,6 @@ def test_export_command(tiny_model_file, tmp_path):
         sys.executable,
         "-m",
         "interop",
-        "export",
         "--load-file",
         tiny_model_file,
         "--output-dir",
@@ -237,3 +236,8 @@ def test_export_command(tiny_model_file, tmp_path):
     command[command.index("--load-file") + 1] = tmp_path / "missing.pt"
     done = subprocess.run(list(map(str, command)), cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "missing.pt" in done.stderr
+    assert "default, multilingual" in done.stderr  # the shipped names, for a name mistyped
+    command.insert(command.index("--load-file"), "export")  # the subcommand of earlier versions still works
+    command[command.index("--load-file") + 1] = tiny_model_file
+    done = subprocess.run(list(map(str, command)), cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

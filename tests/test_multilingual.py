@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, generated_sentences, stated_figure
+from multilingual_targets import mix_teachers
 
 from paraphrastic import evaluate, models, train
 
@@ -45,9 +46,6 @@ def test_distillation_pulls_a_foreign_side_toward_its_english_target(tmp_path):
 
 
 def test_a_second_teacher_is_mapped_into_the_first_ones_space_before_mixing():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from multilingual_targets import mix_teachers
-
     rng = np.random.default_rng(0)
     use = models.unit_rows(rng.standard_normal((400, 16)).astype(np.float32))
     image = use @ rng.standard_normal((16, 24)) + 3.0  # a second teacher that is an affine image of the first

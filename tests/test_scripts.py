@@ -175,3 +175,49 @@ def test_idle_cores_set_the_default_thread_count(monkeypatch):
 def test_bad_numbers_are_usage_errors(script, args):
     done = run_script(script, *args)
     assert done.returncode == 2 and "must be at least" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_output_in_a_folder_not_yet_made_is_written(tiny_model_file, tmp_path):
+    (tmp_path / "in.txt").write_text("one\ntwo\n")
+    out = tmp_path / "vectors" / "part-0.npy"  # a job array's first shard, before anyone made vectors/
+    args = ["--sentence-file", tmp_path / "in.txt", "--load-file", tiny_model_file, "--output-file", out, "--quiet"]
+    assert embed_sentences.main(list(map(str, args))) == 0
+    assert np.load(out).shape == (2, 16)
+
+
+def test_evaluation_data_is_looked_for_where_the_download_puts_it(tmp_path, monkeypatch):
+    from paraphrastic import fileio
+
+    monkeypatch.setenv("PARAPHRASTIC_DATA", str(tmp_path / "mine"))
+    assert fileio.default_data_dir() == tmp_path / "mine"
+    monkeypatch.delenv("PARAPHRASTIC_DATA")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(fileio, "__file__", str(tmp_path / "site-packages" / "paraphrastic" / "fileio.py"))
+    assert fileio.default_data_dir() == tmp_path / "cache" / "paraphrastic" / "data"  # an installed copy
+    done = run_script("evaluate.py", "--help")
+    assert "PARAPHRASTIC_DATA" in done.stdout
+
+
+def test_the_english_model_says_once_that_other_languages_need_the_multilingual_one(tmp_path, capsys):
+    from paraphrastic import mine_bitext
+
+    (tmp_path / "de.txt").write_text("Ein Mann spielt Gitarre.\nDie Kinder schwimmen.\n")
+    (tmp_path / "en.txt").write_text("The children swim.\nA man plays guitar.\n")
+    args = ["--source", tmp_path / "de.txt", "--target", tmp_path / "en.txt", "--output-file", tmp_path / "m.tsv"]
+    assert mine_bitext.main([*map(str, args), "--quiet", "--threshold=-inf"]) == 0
+    assert capsys.readouterr().err.count("use --load-file multilingual") == 1
+
+
+def test_the_unknown_text_warning_fits_the_model(sp_bytes):
+    import torch
+
+    from paraphrastic import encoders, models
+
+    tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
+    english = models.SPModel(tokenizer, torch.zeros(len(tokenizer), 4))
+    stats = {"mostly_unknown": 3, "unknown_checked": 10}
+    assert "use --load-file multilingual" in models.unknown_warning(english, stats)
+    words = encoders.WordTokenizer(["<unk>", "a", "man"], lowercase=True)
+    word_model = models.Model([words], ["mean"], torch.zeros(len(words), 4))
+    note = models.unknown_warning(word_model, stats)
+    assert "multilingual" not in note and "--max-types" in note

@@ -464,3 +464,114 @@ def test_neighbour_batches_hold_each_anchors_nearest_sentences_in_the_pool(tiny_
         near = sorted((j for j in pool if j != a), key=lambda j: -float(unit[a] @ unit[j]))[:3]
         expected += [a, *near]
     assert idx.tolist() == list(dict.fromkeys(int(i) for i in expected))
+
+
+# ----------------------------------------------------------------------------- what a run tells its user
+
+
+def test_a_run_says_why_it_stops_early_where_it_saved_and_leaves_no_lock(pairs_file, sp_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = tiny_args(pairs_file, sp_file, out, "--epochs", "1", "--max-steps", "1000", "--megabatch-size", "1")
+    assert train.main(args) == 0
+    said = capsys.readouterr()
+    err = said.out + said.err
+    assert "updates (--epochs 1 end first)" in err
+    assert f"saved {out / 'model.pt'}" in err
+    assert not (out / ".lock").exists()
+
+
+def test_a_smaller_vocabulary_than_asked_is_explained(pairs_file, tmp_path, capsys):
+    args = tiny_args(pairs_file, "x", tmp_path / "run", "--max-steps", "1", "--vocab-size", "5000")
+    args = args[:2] + args[4:]  # no --sp-model: one is trained on the pairs
+    assert train.main(args) == 0
+    assert "pieces, not the 5000 asked: the training text holds no more distinct pieces" in capsys.readouterr().out
+
+
+def test_pairs_that_share_sentences_warn_against_large_mega_batches(sp_file, tmp_path, capsys):
+    groups = [generated_sentences(4, seed=k) for k in range(60)]  # 4 paraphrases a group, all 6 pairs of each
+    lines = [f"{g[i]}\t{g[j]}" for g in groups for i in range(4) for j in range(i + 1, 4)]
+    pairs = tmp_path / "groups.tsv"
+    pairs.write_text("\n".join(lines) + "\n")
+    assert train.main(tiny_args(pairs, sp_file, tmp_path / "a", "--max-steps", "1")) == 0
+    assert "consider --megabatch-size 1" in capsys.readouterr().out
+    assert train.main(tiny_args(pairs, sp_file, tmp_path / "b", "--max-steps", "1", "--megabatch-size", "1")) == 0
+    assert "consider --megabatch-size 1" not in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- the GPU's step, run on the CPU
+
+
+def test_unique_rows_of_fixed_size_match_torch_unique():
+    ids = torch.tensor([7, 3, 7, 9, 3, 3, 0, 12])
+    rows, local = train.unique_rows(ids, spare=20)
+    want_rows, want_local = torch.unique(ids, return_inverse=True)
+    assert len(rows) == len(ids) and torch.equal(rows[: len(want_rows)], want_rows)
+    assert (rows[len(want_rows) :] == 20).all() and torch.equal(local, want_local)
+    assert torch.equal(rows[local], ids)
+
+
+def test_segment_mean_is_embedding_bags_mean():
+    table = torch.randn(30, 8, dtype=torch.float64, requires_grad=True)
+    ids, offsets = torch.tensor([1, 5, 5, 2, 29, 0, 3]), torch.tensor([0, 3, 4, 4])  # an empty bag scores 0
+    got = train.segment_mean(table, ids, offsets)
+    want = models.mean_pool(table, ids, offsets)
+    torch.testing.assert_close(got, want)
+    (g1,) = torch.autograd.grad(got.sum(), table)
+    (g2,) = torch.autograd.grad(want.sum(), table)
+    torch.testing.assert_close(g1, g2)
+
+
+def test_the_step_that_never_waits_trains_as_the_other_does(pairs_file, sp_file, tmp_path, monkeypatch):
+    """The GPU's step (fixed-size rows, gather and index_add pooling, flags and Adam's step count on the device):
+    a CPU run of it ends near the usual step's weights (the sums' order differs), its padded form (what a CUDA graph
+    records) gives the unpadded one's weights exactly, and a kill and --resume of it ends where the uninterrupted
+    run does."""
+    common = ["--max-steps", "30", "--save-every", "7"]
+    assert train.main(tiny_args(pairs_file, sp_file, tmp_path / "usual", *common)) == 0
+    monkeypatch.setattr(train, "SYNC_FREE_ON_CPU", True)
+    assert train.main(tiny_args(pairs_file, sp_file, tmp_path / "free", *common)) == 0
+    usual, free = weights(tmp_path / "usual" / "model.pt"), weights(tmp_path / "free" / "model.pt")
+    torch.testing.assert_close(free, usual, atol=1e-4, rtol=1e-4)
+    state = torch.load(tmp_path / "free" / "resume.pt", weights_only=True)
+    assert state["optimizer"]["moments"].shape[1] == free.shape[0]  # the spare row is never saved
+    assert state["optimizer"]["steps"] == 30
+    with monkeypatch.context() as eager:  # the padded fixed-shape step a CUDA graph records, against the plain one
+        eager.setattr(train.GraphedSteps, "step", lambda *args: None)
+        assert train.main(tiny_args(pairs_file, sp_file, tmp_path / "eager", *common)) == 0
+    assert torch.equal(weights(tmp_path / "eager" / "model.pt"), free)
+    stop = lambda t: t.step == 12 and setattr(t, "stop_requested", True)  # noqa: E731 (Ctrl-C after update 12)
+    out = tmp_path / "again"
+    assert train.main(tiny_args(pairs_file, sp_file, out, *common), on_step=stop) == 130
+    assert train.main(tiny_args(pairs_file, sp_file, out, *common, "--resume")) == 0
+    assert torch.equal(weights(out / "model.pt"), free)
+
+
+def nan_loss_at(call: int):
+    """margin_loss, but NaN at its `call`-th call (one update's loss)."""
+    calls, real = [0], train.margin_loss
+
+    def margin_loss(*args, **kwargs):
+        calls[0] += 1
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if calls[0] == call else loss
+
+    return margin_loss
+
+
+def test_a_non_finite_update_is_masked_on_the_device(pairs_file, sp_file, tmp_path, monkeypatch, capsys):
+    common = ["--max-steps", "12", "--save-every", "4", "--on-nan", "skip"]
+    monkeypatch.setattr(train, "margin_loss", nan_loss_at(6))
+    assert train.main(tiny_args(pairs_file, sp_file, tmp_path / "usual", *common)) == 0
+    monkeypatch.setattr(train, "margin_loss", nan_loss_at(6))
+    monkeypatch.setattr(train, "SYNC_FREE_ON_CPU", True)
+    assert train.main(tiny_args(pairs_file, sp_file, tmp_path / "free", *common)) == 0
+    said = capsys.readouterr()
+    assert "1 update(s) up to update 8 had a non-finite loss or gradient and were not applied" in said.err  # a save
+    for run in ("usual", "free"):
+        assert torch.load(tmp_path / run / "resume.pt", weights_only=True)["skipped"] == 1
+    torch.testing.assert_close(weights(tmp_path / "free" / "model.pt"), weights(tmp_path / "usual" / "model.pt"))
+    monkeypatch.setattr(train, "margin_loss", nan_loss_at(6))
+    stop = tiny_args(pairs_file, sp_file, tmp_path / "stop", "--max-steps", "12", "--save-every", "4")
+    assert train.main(stop) == 3  # --on-nan stop: found at the next save (update 8), which is not made
+    assert torch.load(tmp_path / "stop" / "resume.pt", weights_only=True)["position"]["step"] == 4
+    assert "were not applied" in capsys.readouterr().err

@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from paraphrastic.fileio import InputError, atomic_output, run_cli
+from paraphrastic.fileio import InputError, atomic_output, default_data_dir, run_cli
 from paraphrastic.preprocess.download import fetch
 
 STS_WIKI = "http://ixa2.si.ehu.es/stswiki/images"
@@ -183,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m paraphrastic.preprocess.evaluation.download", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--out", type=Path, required=True, help="data folder to fill (e.g. data/eval)")
+    p.add_argument(
+        "--out", type=Path, default=default_data_dir(), help="data folder to fill (default: where evaluate looks)"
+    )
     p.add_argument("--local", type=Path, help="folder holding the official archives (no download)")
     p.add_argument("--downloads", type=Path, default=Path(__file__).resolve().parent / "downloads")
     p.add_argument("--only", nargs="*", choices=[*STS_YEARS, "stsb", "2017", "tatoeba"], help="a subset")

@@ -1,0 +1,225 @@
+"""The one GPU check: speed on the device and CUDA's results against the CPU's, in a few minutes, self-contained.
+
+    python benchmarks/bench_gpu.py --data DIR [--dry-run]
+
+Prints the machine; the device's fp32 and bf16 matrix-product rates; train.py's pairs/s at dim 1024, 50,000
+pieces, batch 128, M = 100 and M = 10 (paraphrase and bitext pools, synthetic HDF5 shards) as a fraction of the
+exact-mining bound at bf16's rate; paraphrastic-embed's sentences/s on cuda (CPU workers tokenize, the GPU pools)
+beside the CPU's on all cores; a teacher's sentences/s (a MiniLM-L6-shaped encoder with random weights and
+pre-tokenized input of 32 tokens: the forward pass a teacher's labelling spends its time in) in fp32 and in bf16
+autocast, with the cosine of the two; and the equality checks: embed, score and evaluate on cuda against cpu, and a
+short training run on each. DIR holds the few files it reads (see `pack_data`): `lines.txt` (sentences to embed),
+`pairs.tsv` (caption pairs for the short run), and `sts/en/` (the STS sets evaluate reads). --dry-run substitutes
+cpu for cuda and shrinks the work, to test the script where there is no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from bench_train import BATCH, DIM, mining_bound, word_sentencepiece, write_synthetic_shard
+from common import ROOT, machine_header
+
+BIN = Path(sys.executable).parent
+
+
+def product_rate(device: str, dtype: torch.dtype, n: int) -> float:
+    """FLOP/s of an n x n by n x n product."""
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    sync(device)
+    runs, start = 10, time.perf_counter()
+    for _ in range(runs):
+        a @ b
+    sync(device)
+    return 2 * n**3 * runs / (time.perf_counter() - start)
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run(*cmd: str | Path) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"failed: {' '.join(map(str, cmd))}\n{done.stderr[-3000:]}")
+    return done
+
+
+def section(title: str, work, *args) -> None:
+    """Print a title and run one part of the check; a failure is printed and the other parts still run (the
+    check is one call on a lent machine)."""
+    print(title, flush=True)
+    start = time.perf_counter()
+    try:
+        work(*args)
+    except Exception as e:  # noqa: BLE001 - any failure: report it and go on to the next part
+        print(f"  FAILED: {type(e).__name__}: {e}")
+    print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
+
+
+def train_rates(folder: Path, device: str, steps: dict[int, int], rate: float) -> None:
+    """train.py's pairs/s (the log windows after the first), against the exact-mining bound at `rate`."""
+    sp = word_sentencepiece(folder)
+    (folder / "sp.model").write_bytes(sp)
+    shard = folder / "pairs.h5"
+    write_synthetic_shard(shard, max(m * BATCH * 3 for m in steps) + max(steps.values()) * BATCH, sp)
+    for m, count in steps.items():
+        for mode in ("paraphrase", "bitext"):
+            out = folder / f"run-{m}-{mode}"
+            run(sys.executable, ROOT / "train.py", "--train-shards", shard, "--sp-model", folder / "sp.model",
+                "--output-dir", out, "--dim", DIM, "--batch-size", BATCH, "--megabatch-size", m,
+                "--megabatch-anneal", 0, "--max-steps", count, "--log-every", m, "--mode", mode, "--device", device)  # fmt: skip
+            records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+            later = [r for r in records if r["event"] == "train"][1:]  # the first window holds the warm-up
+            pairs_s = sum(r["pairs_per_s"] for r in later) / len(later)
+            bound = mining_bound(rate, m, mode == "bitext")
+            print(f"  M = {m:3d} {mode:10s}: {pairs_s:10,.0f} pairs/s = {100 * pairs_s / bound:5.2f}% of the "
+                  f"exact-mining bound at bf16's rate ({bound:,.0f} pairs/s); {count} updates")  # fmt: skip
+
+
+def embed_rates(folder: Path, lines: Path, device: str, threads: int) -> None:
+    """paraphrastic-embed on `device` and on cpu, all cores, and the largest difference of their rows."""
+    outs = {}
+    for where in dict.fromkeys([device, "cpu"]):
+        out = folder / f"vectors-{where}.npy"
+        start = time.perf_counter()
+        run(BIN / "paraphrastic-embed", "--sentence-file", lines, "--output-file", out, "--device", where,
+            "--threads", threads, "--quiet")  # fmt: skip
+        seconds = time.perf_counter() - start
+        rows = np.load(out, mmap_mode="r")
+        print(f"  {where:4s}, {threads} workers: {len(rows) / seconds:10,.0f} sentences/s end to end "
+              f"({len(rows):,} lines, {seconds:.1f} s with start-up)")  # fmt: skip
+        outs[where] = rows
+    diff = float(np.max(np.abs(outs[device] - outs["cpu"])))
+    print(f"  largest difference, {device} against cpu: {diff:.2e} (equal to float32 rounding: {diff < 1e-5})")
+
+
+def teacher_rate(device: str, sentences: int) -> None:
+    """Sentences/s of a MiniLM-L6-shaped encoder (random weights) on pre-tokenized input, fp32 and bf16 autocast."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    model = BertModel(config).to(device).eval()
+    ids = torch.randint(1000, 30000, (sentences, 32), device=device)
+    mask = torch.ones_like(ids)
+    vectors = {}
+    for bf16 in (False, True):
+        with torch.inference_mode(), torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            model(input_ids=ids[:256], attention_mask=mask[:256])  # warm-up
+            sync(device)
+            start, parts = time.perf_counter(), []
+            for i in range(0, sentences, 256):
+                hidden = model(input_ids=ids[i : i + 256], attention_mask=mask[i : i + 256]).last_hidden_state
+                parts.append(hidden.float().mean(1))
+            sync(device)
+        took = time.perf_counter() - start
+        vectors[bf16] = torch.cat(parts)
+        print(f"  {device} {'bf16' if bf16 else 'fp32'}: {sentences / took:10,.0f} sentences/s")
+    cos = torch.nn.functional.cosine_similarity(vectors[False], vectors[True])
+    print(f"  bf16 against fp32: cosine min {float(cos.min()):.5f}, mean {float(cos.mean()):.5f}")
+
+
+def equality(folder: Path, data: Path, device: str) -> None:
+    """score and evaluate on `device` against cpu, and a short training run on each."""
+    pairs = data / "pairs.tsv"
+    scores = {}
+    for where in dict.fromkeys([device, "cpu"]):
+        done = run(BIN / "paraphrastic-score", "--sentence-pair-file", pairs, "--device", where, "--quiet")
+        scores[where] = np.array([float(line.rsplit("\t", 1)[1]) for line in done.stdout.splitlines()])
+    print(
+        f"  score: {len(scores['cpu']):,} pairs, largest difference {np.max(np.abs(scores[device] - scores['cpu'])):.2e}"
+    )
+    tables = {}
+    for where in dict.fromkeys([device, "cpu"]):
+        done = run(BIN / "paraphrastic-evaluate", "--data-dir", data, "--tasks", "sts,stsb", "--device", where)
+        tables[where] = [line for line in done.stdout.splitlines() if "evaluated in" not in line]
+    print(
+        f"  evaluate (STS 2012-2016, STS Benchmark dev): {device} table equal to cpu's: {tables[device] == tables['cpu']}"
+    )
+    dev = data / "sts" / "en" / "stsb" / "dev.tsv"
+    figures = {}
+    for where in dict.fromkeys([device, "cpu"]):
+        out = folder / f"short-{where}"
+        run(BIN / "paraphrastic-train", "--train-file", pairs, "--output-dir", out, "--dim", 128, "--vocab-size", 4000,
+            "--batch-size", 128, "--megabatch-size", 1, "--max-steps", 300, "--save-every", 300, "--dev-file", dev,
+            "--device", where, "--seed", 1)  # fmt: skip
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        figures[where] = [r for r in records if r["event"] == "dev"][-1]["mean"]
+    print(f"  short training run (300 updates, dim 128, M = 1): STSb dev Pearson {device} {figures[device]:.2f}, "
+          f"cpu {figures['cpu']:.2f}")  # fmt: skip
+    common = ["--train-file", pairs, "--dim", 128, "--vocab-size", 4000, "--batch-size", 128, "--megabatch-size", 10,
+              "--megabatch-anneal", 0, "--save-every", 50, "--device", device, "--seed", 1]  # fmt: skip
+    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "straight", "--max-steps", 150)
+    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "resumed", "--max-steps", 75)
+    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "resumed", "--max-steps", 150, "--resume")
+    a, b = (torch.load(folder / run_ / "model.pt", weights_only=True)["embedding"] for run_ in ("straight", "resumed"))
+    print(f"  stopped at update 75 and resumed to 150, M = 10, {device}: equal to the straight run bit for bit: "
+          f"{torch.equal(a, b)} (largest difference {float((a.float() - b.float()).abs().max()):.2e})")  # fmt: skip
+
+
+def pack_data(shared: Path, out: Path, lines: int = 100_000, pairs: int = 20_000) -> None:
+    """Copy what the check reads out of ../shared/data (a few MiB) into `out`, to carry to the GPU machine."""
+    import gzip
+
+    from paraphrastic.teacher import english_training_sentences
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "lines.txt").write_text("\n".join(english_training_sentences(shared)[:lines]) + "\n", encoding="utf-8")
+    with gzip.open(shared / "train" / "en_paraphrase" / "multi30k_task2_en_captions.pairs.tsv.gz", "rt") as f:
+        (out / "pairs.tsv").write_text("".join(next(f) for _ in range(pairs)), encoding="utf-8")
+    for part in ["sts/en/2012", "sts/en/2013", "sts/en/2014", "sts/en/2015", "sts/en/2016", "sts/en/stsb"]:
+        shutil.copytree(shared / part, out / part, dirs_exist_ok=True)
+    (out / "sts" / "en" / "stsb" / "train.tsv").unlink(missing_ok=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, required=True, help="the carried files (made with --pack)")
+    p.add_argument("--pack", type=Path, help="first copy them out of this ../shared/data, then stop")
+    p.add_argument("--dry-run", action="store_true", help="cpu instead of cuda, less work: a test of the script")
+    p.add_argument("--embed-lines", type=int, default=2_000_000, help="lines embedded (the sentences repeated)")
+    args = p.parse_args()
+    if args.pack:
+        return pack_data(args.pack, args.data)
+    device = "cpu" if args.dry_run else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device here (--dry-run runs the check on the CPU)")
+    threads = len(os.sched_getaffinity(0))
+    print(machine_header())
+    if device == "cuda":
+        print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+    n = 8192 if device == "cuda" else 1024
+    rates = {
+        name: product_rate(device, dtype, n) for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+    }
+    print(f"matrix products ({n}^3): fp32 {rates['fp32'] / 1e12:.1f} TFLOP/s, bf16 {rates['bf16'] / 1e12:.1f} TFLOP/s")
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
+        folder = Path(tmp)
+        steps = {100: 1500, 10: 400} if device == "cuda" else {10: 30}
+        section(f"train.py, dim {DIM}, batch {BATCH}, synthetic shards, {device}:", train_rates, folder, device, steps,
+                rates["bf16"])  # fmt: skip
+        lines = folder / "lines.txt"
+        sentences = args.data.joinpath("lines.txt").read_text(encoding="utf-8").splitlines()
+        count = args.embed_lines if device == "cuda" else 50_000
+        lines.write_text("".join(sentences[i % len(sentences)] + "\n" for i in range(count)), encoding="utf-8")
+        section("paraphrastic-embed, the shipped English model:", embed_rates, folder, lines, device, threads)
+        section("a teacher's forward pass:", teacher_rate, device, 20_000 if device == "cuda" else 512)
+        section(f"{device} against cpu:", equality, folder, args.data, device)
+
+
+if __name__ == "__main__":
+    main()
