@@ -13,11 +13,15 @@ slices of the lines (0-based I) and records which slice in OUT.json beside the o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +32,11 @@ from paraphrastic.fileio import (
     at_least,
     atomic_output,
     atomic_path,
+    check_room,
     cli_parser,
     count_lines,
     decode_raw,
-    iter_raw_chunks,
+    iter_line_blocks,
     open_input,
     refuse_same_file,
     remove_stale_temps,
@@ -107,13 +112,15 @@ def embed_file(
     stop = count_lines(sentence_file) if stop is None else stop
     n = stop - start
     stats: dict = {"rows": n, "invalid_utf8_lines": 0}
-    with atomic_path(output_file) as tmp:
+    check_room(output_file, n * model.dim * np.dtype(dtype).itemsize)
+    with npy_output(output_file) as tmp:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(n, model.dim))  # header and size
         del out  # the workers write the rows
         reserve_space(tmp)  # a full disk fails here with a clear error, not with SIGBUS in the memory map
-        chunks = iter_raw_chunks(sentence_file, chunk_lines, start, stop)
-        jobs = ((Path(sentence_file), first, b"".join(raw), strict, batch_size, tmp, first - 1 - start)
-                for first, raw in chunks)  # fmt: skip
+        blocks = iter_line_blocks(sentence_file, chunk_lines, start, stop)
+        jobs = (
+            (Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start) for first, blob in blocks
+        )
         row = 0
         with Workers(model, workers) as pool, tqdm(total=n, unit=" sent", disable=quiet, file=sys.stderr) as bar:
             for rows, job_stats, tokens in pool.map(embed_job, jobs):
@@ -126,6 +133,20 @@ def embed_file(
         if row != n:
             raise InputError(f"{sentence_file}: read {row} lines but counted {n}; file changed while read?")
     return stats
+
+
+@contextlib.contextmanager
+def npy_output(output_file: str | os.PathLike) -> Iterator[Path]:
+    """A regular file to write the .npy into, by rows in any order: the atomic temporary beside `output_file`, or
+    for a device or pipe (/dev/null, /dev/stdout, <(...)) a scratch file copied through to it at the end."""
+    with atomic_path(output_file) as target:
+        if target.is_file():
+            yield target
+            return
+        with tempfile.TemporaryDirectory(prefix="paraphrastic-embed.") as scratch:
+            yield Path(scratch) / "rows.npy"
+            with open(Path(scratch) / "rows.npy", "rb") as rows, open(target, "wb") as out:
+                shutil.copyfileobj(rows, out, 1 << 20)
 
 
 def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
@@ -197,12 +218,18 @@ def read_shard(path: Path) -> tuple[dict, np.ndarray]:
     try:
         rec = json.loads(rec_file.read_text(encoding="utf-8"))
         rows = np.load(path, mmap_mode="r")
-    except (ValueError, OSError) as e:
-        raise InputError(f"{path}: unreadable shard or shard record ({e})") from None
+    except (ValueError, OSError, RecursionError) as e:
+        reason = "nested too deeply" if isinstance(e, RecursionError) else e
+        raise InputError(f"{path}: unreadable shard or shard record ({reason})") from None
     if not isinstance(rec, dict) or rec.get("format") != PART_FORMAT or not RECORD_KEYS <= rec.keys():
         raise InputError(
             f"{rec_file}: not a complete shard record (format {PART_FORMAT!r}, keys {sorted(RECORD_KEYS)})"
         )
+    numbers = ("shard", "num_shards", "start", "stop", "lines", "dim")
+    bad = [k for k in numbers if not isinstance(rec[k], int) or isinstance(rec[k], bool) or rec[k] < 0]
+    if bad or rec["dtype"] not in ("float32", "float16"):
+        what = ", ".join(bad) or f"dtype {rec['dtype']!r}"
+        raise InputError(f"{rec_file}: a damaged shard record ({what}); re-run that shard")
     if "rows_sha256" in rec and rec["rows_sha256"] != file_sha256(path):
         raise InputError(f"{path}: not the rows its record {rec_file.name} was written for (an interrupted rerun?); "
                          "re-run that shard")  # fmt: skip
@@ -272,7 +299,8 @@ def concat_shards(paths: list[str | os.PathLike], output_file: str | os.PathLike
     """Join shard files (checked, in order) into one .npy, streamed and written atomically; returns the rows."""
     parts = check_shards(paths)
     rows = sum(len(p) for p in parts)
-    with atomic_path(output_file) as tmp:
+    check_room(output_file, rows * parts[0].shape[1] * parts[0].dtype.itemsize)
+    with npy_output(output_file) as tmp:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=parts[0].dtype, shape=(rows, parts[0].shape[1]))
         reserve_space(tmp)
         at = 0
@@ -298,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     use_threads(args.threads)
     open_input(args.sentence_file)
-    refuse_same_file(args.output_file, args.sentence_file, args.load_file, args.sp_model)
+    refuse_same_file(args.output_file, args.sentence_file, model_path(args.load_file), args.sp_model)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
     remove_stale_temps(args.output_file)  # left by a killed run
     if args.shard is not None:

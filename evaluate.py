@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
             "paraphrastic.preprocess.evaluation.download`, or pass --data-dir, or set PARAPHRASTIC_DATA)"
         )
     langs = chosen_langs(args.data_dir, args.langs)
-    refuse_same_file(args.json, args.load_file, args.sp_model)
+    refuse_same_file(args.json, models.model_path(args.load_file), args.sp_model, args.data_dir)
     models.use_threads(args.threads)
     model = models.load_model(args.load_file, args.sp_model, args.device)
     start = time.perf_counter()

@@ -14,10 +14,13 @@ import fcntl
 import glob
 import gzip
 import itertools
+import math
 import os
+import re
 import shutil
 import sys
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -66,13 +69,18 @@ def open_binary(path: Path) -> BinaryIO:
 
 
 def refuse_same_file(output: str | os.PathLike | None, *inputs: str | os.PathLike | None) -> None:
-    """Fail before any work when an output would overwrite one of the run's inputs (the same file under
-    any name: a link, a relative path)."""
+    """Fail before any work when an output would overwrite one of the run's inputs (the same file under any name:
+    a link, a relative path, a file inside an input folder). Callers pass models as the files their names stand
+    for (models.model_path), so a shipped model's name or the default is checked too."""
     if output is None or not Path(output).exists():
         return
     for item in inputs:
-        if item is not None and Path(item).exists() and os.path.samefile(output, item):
-            raise InputError(f"{output}: is also an input of this run ({item}); write the output elsewhere")
+        if item is None or not Path(item).exists():
+            continue
+        inside = Path(item).rglob("*") if Path(item).is_dir() else [Path(item)]
+        for path in inside:
+            if path.is_file() and os.path.samefile(output, path):
+                raise InputError(f"{output}: is also an input of this run ({item}); write the output elsewhere")
 
 
 def open_input(path: str | os.PathLike) -> int:
@@ -155,15 +163,54 @@ def iter_raw_chunks(
     open_input(path)
     line_no = start + 1
     left = None if stop is None else max(stop - start, 0)
-    with open(path, "rb") as f:
+    limit = line_limit()
+    with reading(path), open_binary(path) as f:
         skip_lines(f, start)
+        lines = iter(lambda: f.readline(limit + 1), b"")  # a longer line is refused, never read whole
         while left != 0:
-            raw = list(itertools.islice(f, chunk_lines if left is None else min(chunk_lines, left)))
+            raw = list(itertools.islice(lines, chunk_lines if left is None else min(chunk_lines, left)))
             if not raw:
                 return
             yield line_no, raw
             line_no += len(raw)
             left = None if left is None else left - len(raw)
+
+
+def iter_line_blocks(
+    path: str | os.PathLike, chunk_lines: int = 65536, start: int = 0, stop: int | None = None, block: int = 1 << 20
+) -> Iterator[tuple[int, bytes]]:
+    """(number of the first line, the bytes of up to `chunk_lines` whole lines) over lines [start, stop): what
+    `iter_raw_chunks` reads, joined, found by a vectorised newline search in reads of `block` bytes, so that the
+    process feeding worker processes spends its time per block, not per line. A line over the limit is refused
+    here, without reading it whole."""
+    path = Path(path)
+    open_input(path)
+    limit, line_no = line_limit(), start + 1
+    left = math.inf if stop is None else max(stop - start, 0)
+    buf, marks = b"", np.zeros(0, dtype=np.int64)  # unsent bytes; the offsets of the newlines in them
+    with reading(path), open_binary(path) as f:
+        skip_lines(f, start)
+        while left:
+            data = f.read(block)
+            found = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + len(buf)
+            buf, marks = buf + data, np.concatenate([marks, found])
+            if not data and buf and (not len(marks) or marks[-1] != len(buf) - 1):
+                marks = np.append(marks, len(buf) - 1)  # the last line has no newline: it ends with the file
+            sizes = np.diff(marks, prepend=-1)  # each complete line's length, its newline included
+            if (sizes > limit).any() or len(buf) - (marks[-1] + 1 if len(marks) else 0) > limit:
+                k = int(np.argmax(sizes > limit)) if (sizes > limit).any() else len(marks)
+                raise InputError(
+                    f"{path}:{line_no + k}: a line of more than {limit:,} bytes, the limit (is it text? if so, raise "
+                    f"{LINE_LIMIT_ENV})"
+                )
+            while left and len(marks) and (len(marks) >= min(chunk_lines, left) or not data):
+                take = int(min(chunk_lines, left, len(marks)))
+                cut = int(marks[take - 1]) + 1
+                yield line_no, buf[:cut]
+                buf, marks = buf[cut:], marks[take:] - cut
+                line_no, left = line_no + take, left - take
+            if not data:
+                return
 
 
 def decode_raw(raw: list[bytes], path: Path, first_line: int, strict: bool) -> tuple[list[str], int]:
@@ -175,13 +222,18 @@ def decode_raw(raw: list[bytes], path: Path, first_line: int, strict: bool) -> t
 def check_line_lengths(raw: list[bytes], path: Path, first_line: int) -> None:
     """Refuse a line longer than the limit (16 MiB; PARAPHRASTIC_MAX_LINE_BYTES raises it): a line is held in
     memory whole, and tokenizing one of hundreds of MB takes many GB."""
-    limit = int(os.environ.get(LINE_LIMIT_ENV) or DEFAULT_MAX_LINE_BYTES)
+    limit = line_limit()
     if raw and max(map(len, raw)) > limit:
         k = next(i for i, line in enumerate(raw) if len(line) > limit)
         raise InputError(
-            f"{path}:{first_line + k}: a line of {len(raw[k]):,} bytes, more than the limit of {limit:,} "
-            f"(is it text? if so, raise {LINE_LIMIT_ENV})"
+            f"{path}:{first_line + k}: a line of more than {limit:,} bytes, the limit (is it text? if so, raise "
+            f"{LINE_LIMIT_ENV})"
         )
+
+
+def line_limit() -> int:
+    """The longest line read, in bytes: 16 MiB, or PARAPHRASTIC_MAX_LINE_BYTES."""
+    return int(os.environ.get(LINE_LIMIT_ENV) or DEFAULT_MAX_LINE_BYTES)
 
 
 def skip_lines(f: BinaryIO, n: int) -> None:
@@ -199,10 +251,23 @@ def read_lines(path: str | os.PathLike, strict: bool = False) -> list[str]:
     return [line for chunk in iter_line_chunks(path, strict=strict) for line in chunk]
 
 
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """Turn a failed read of an input (/proc/self/mem, a bad disk, a corrupt .gz) into one error naming the file."""
+    try:
+        yield
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise InputError(f"{path}: not a readable gzip file, truncated or corrupt ({e})") from None
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise InputError(f"{path}: cannot be read ({(e.strerror or str(e)).lower()})") from None
+
+
 def count_lines(path: str | os.PathLike) -> int:
     """Number of lines in a file (a final line without a newline counts), read in 1 MiB blocks."""
     n, last = 0, b"\n"
-    with open(path, "rb") as f:
+    with reading(Path(path)), open_binary(Path(path)) as f:
         while block := f.read(1 << 20):
             n += block.count(b"\n")
             last = block[-1:]
@@ -241,6 +306,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         return
     if path.is_symlink():
         path = Path(os.path.realpath(path))  # write the link's target; the link stays a link
+    if path.is_dir():
+        raise OutputError(f"{path}: is a folder; give a file name to write")
+    mode = path.stat().st_mode & 0o7777 if path.exists() else None
+    if mode is not None and not os.access(path, os.W_OK):
+        raise OutputError(f"{path}: is read-only (mode {mode:o}); make it writable, or write elsewhere")
     fd, tmp = _temp_beside(path)
     os.close(fd)
     try:
@@ -248,6 +318,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             yield Path(tmp)
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)  # the replaced file's permissions, as editors and rsync keep them
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -293,6 +365,30 @@ def write_npy_rows(path: str | os.PathLike, row: int, vectors: np.ndarray) -> No
             data, at = data[written:], at + written
 
 
+def check_room(path: str | os.PathLike, needed: int) -> None:
+    """Refuse, before any work, an output of `needed` bytes that its file system has no room for (a file of a
+    billion empty lines would otherwise fill the disk for everyone before failing)."""
+    folder = Path(path).resolve().parent
+    if Path(path).exists() and not Path(path).is_file():  # a device or pipe: written through a scratch file
+        folder = Path(tempfile.gettempdir())
+    while not folder.exists():  # the output's folder is made later: its nearest existing one decides
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise OutputError(
+            f"{path}: no space left on device for it: it needs {size_text(needed)}, its file system has "
+            f"{size_text(free)} free; nothing was written (free some space or write elsewhere)"
+        )
+
+
+def size_text(n: int) -> str:
+    """A byte count for people: 1.5 GiB, 12.0 MiB, 300 KiB."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):,.1f} {unit}"
+    return f"{n} bytes"
+
+
 def reserve_space(path: str | os.PathLike) -> None:
     """Allocate the blocks of a (sparse) file now: a full disk is then an error here, rather than a
     SIGBUS later when a memory map of the file writes to a page the file system cannot provide."""
@@ -305,14 +401,16 @@ def reserve_space(path: str | os.PathLike) -> None:
 
 
 def remove_stale_temps(path: str | os.PathLike) -> int:
-    """Remove the temporary files a killed run left beside `path` (`.NAME.PID.*.tmp` of a process that is
-    gone; a running job's are kept); returns how many."""
+    """Remove the temporary files a killed run of this toolkit left beside `path`: names of exactly the form
+    `_temp_beside` makes (`.NAME.PID.XXXXXXXX.tmp`) whose process is gone. Anything else (a user's
+    `.NAME.backup.tmp`, a running job's temporary) is kept. Returns how many were removed."""
     path = Path(path)
     stale = glob.glob(os.path.join(glob.escape(str(path.parent)), f".{glob.escape(path.name)}.*.tmp"))
+    ours = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[a-z0-9_]{{8}}\.tmp")
     removed = 0
     for tmp in stale:
-        owner = temp_owner(Path(tmp).name, f".{path.name}")
-        if owner is not None and process_alive(owner):
+        mine = ours.fullmatch(Path(tmp).name)
+        if mine is None or process_alive(int(mine.group(1))):
             continue
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

@@ -47,7 +47,7 @@ from paraphrastic.fileio import (
     run_cli,
     scratch_folder,
 )
-from paraphrastic.models import ENGLISH_ONLY, english_only, load_model, use_threads
+from paraphrastic.models import ENGLISH_ONLY, english_only, load_model, model_path, use_threads
 
 DEFAULT_THRESHOLD = {"margin": 1.06, "cosine": 0.7}
 
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     files = [Path(p) for p in ([args.paraphrase] if args.paraphrase else [args.source, args.target])]
     for path in files:
         open_input(path)
-    refuse_same_file(args.output_file, *files, args.load_file, args.sp_model)
+    refuse_same_file(args.output_file, *files, model_path(args.load_file), args.sp_model)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
     if not args.paraphrase and english_only(args.load_file):
         print(f"note: {ENGLISH_ONLY}", file=sys.stderr)

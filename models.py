@@ -621,14 +621,31 @@ def _unpickler_line(error: Exception, word: str) -> str | None:
     return lines[0].rstrip(".") if lines else None
 
 
+MAX_JSON_BYTES = 64 << 20  # a tokenizer.json of a million pieces is a few tens of MB
+
+
+def read_json_object(path: Path, what: str) -> dict:
+    """A model folder's JSON file as a dict, or a ModelError naming it: unreadable, too large, nested beyond any
+    real file (json would recurse until Python gives up), or not an object at the top."""
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise ModelError(f"{path}: {path.stat().st_size:,} bytes, larger than any {what}")
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, OSError) as e:
+        reason = "nested too deeply" if isinstance(e, RecursionError) else _first_sentence(e)
+        raise ModelError(f"{path}: not a valid {what} ({reason})") from None
+    if not isinstance(value, dict):
+        raise ModelError(f"{path}: not a valid {what} (its top level is {type(value).__name__}, not an object)")
+    _check_small(value, path, what, budget=10_000_000)
+    return value
+
+
 def check_export(folder: Path) -> None:
     """Refuse a folder whose files do not all come from one export (one interrupted over another), by the
     checksums our config.json records; folders from other tools carry none and pass."""
     path = find_in_folder(folder, "config.json")
-    try:
-        sums = json.loads(path.read_text(encoding="utf-8")).get("paraphrastic", {}).get("sha256") if path else None
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
-        raise ModelError(f"{path}: not a valid config.json ({e})") from None
+    ours = read_json_object(path, "config.json").get("paraphrastic") if path else None
+    sums = ours.get("sha256") if isinstance(ours, dict) else None
     if not isinstance(sums, dict):
         return
     for name in CHECKED:
@@ -658,10 +675,13 @@ def read_folder_table(folder: Path) -> torch.Tensor:
     except ImportError:
         raise ModelError(f"{folder}: reading a static-embedding folder needs `pip install .[interop]`") from None
     path = find_in_folder(folder, "model.safetensors")
+    check_fits_memory(path, path.stat().st_size)
     try:
         tensors = load_file(path)
     except SafetensorError as e:
         raise ModelError(f"{path}: not a readable safetensors file, truncated or corrupt ({e})") from None
+    except MemoryError:
+        raise ModelError(f"{path}: too large to load in this machine's memory") from None
     key = next((k for k in WEIGHT_KEYS if k in tensors), None)
     if key is None:
         raise ModelError(f"{folder}: model.safetensors has no {' or '.join(WEIGHT_KEYS)} tensor")
@@ -682,21 +702,38 @@ def read_folder_table(folder: Path) -> torch.Tensor:
     return checked_table(torch.from_numpy(np.ascontiguousarray(table)), path)
 
 
-def _tokenizer_json(folder: Path) -> dict:
+def check_fits_memory(path: Path, size: int) -> None:
+    """Refuse a file whose contents need more memory to load (about three copies on the way to a float32 table)
+    than the machine has available, before reading any of it."""
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        available = 1024 * int(
+            next(line.split()[1] for line in meminfo.splitlines() if line.startswith("MemAvailable"))
+        )
+    except (OSError, StopIteration, ValueError):
+        return
+    if 3 * size > available:
+        raise ModelError(
+            f"{path}: {size / 2**30:,.1f} GiB, more than this machine's free memory ({available / 2**30:,.1f} GiB) "
+            "can load; is it a model file?"
+        )
+
+
+def _tokenizer_json(folder: Path) -> tuple[dict, Path]:
     path = find_in_folder(folder, "tokenizer.json")
     if path is None:
         raise ModelError(f"{folder}: no tokenizer.json")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelError(f"{path}: not a valid tokenizer.json ({e})") from None
+    return read_json_object(path, "tokenizer.json"), path
 
 
-def _lowercases(spec: dict | None) -> bool:
-    """Whether a tokenizer.json normalizer (possibly a Sequence) lowercases."""
-    if not spec:
+def _lowercases(spec, path: Path) -> bool:
+    """Whether a tokenizer.json normalizer (possibly a Sequence) lowercases; a malformed one is a ModelError."""
+    if spec is None:
         return False
-    return spec.get("type") == "Lowercase" or any(map(_lowercases, spec.get("normalizers", [])))
+    parts = spec.get("normalizers", []) if isinstance(spec, dict) else None
+    if not isinstance(parts, list):
+        raise ModelError(f"{path}: not a valid tokenizer.json (its normalizer is not an object with a list)")
+    return spec.get("type") == "Lowercase" or any(_lowercases(part, path) for part in parts)
 
 
 def import_folder(folder: str | os.PathLike) -> SPModel:
@@ -709,10 +746,11 @@ def import_folder(folder: str | os.PathLike) -> SPModel:
     if not is_static_folder(folder):
         raise ModelError(f"{folder}: a folder, but not a static-embedding model (no model.safetensors)")
     check_export(folder)
-    spec = _tokenizer_json(folder)
+    spec, spec_path = _tokenizer_json(folder)
     sp_path = find_in_folder(folder, SP_FILE)
     if sp_path is None:
-        kind = (spec.get("model") or {}).get("type", "unknown")
+        model = spec.get("model")
+        kind = model.get("type", "unknown") if isinstance(model, dict) else "unknown"
         hint = (
             f"; if sentence-transformers re-saved an exported model, copy {SP_FILE} into it"
             if kind == "Unigram"
@@ -722,7 +760,7 @@ def import_folder(folder: str | os.PathLike) -> SPModel:
             f"{folder}: no {SP_FILE}: only static models built on a sentencepiece model can be imported, "
             f"and this tokenizer.json is {kind}{hint}"
         )
-    tokenizer = Tokenizer(sp_path.read_bytes(), _lowercases(spec.get("normalizer")))
+    tokenizer = Tokenizer(read_sp_model(sp_path), _lowercases(spec.get("normalizer"), spec_path), source=sp_path)
     return SPModel(tokenizer, read_folder_table(folder), {"source": folder.name})
 
 

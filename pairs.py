@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import math
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -162,8 +163,8 @@ def iter_pairs(path: Path, skip_bad: bool, chunk_lines: int = 65536) -> Iterator
                     tgt.append(t)
                 line_no += len(raw)
                 yield src, tgt
-    except (gzip.BadGzipFile, EOFError) as e:
-        raise InputError(f"{path}: not a readable gzip file ({e})") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise InputError(f"{path}: not a readable gzip file, truncated or corrupt ({e})") from None
 
 
 def tokenize_pairs(path: Path, model: Model, skip_bad: bool, threads: int) -> MemorySource:

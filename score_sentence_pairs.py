@@ -22,15 +22,17 @@ from paraphrastic.fileio import (
     cli_parser,
     count_lines,
     decode_raw,
-    iter_raw_chunks,
+    iter_line_blocks,
     open_input,
     refuse_same_file,
     remove_stale_temps,
     run_cli,
     split_pair,
 )
-from paraphrastic.models import load_model, tally_unknown, unknown_warning, use_threads
+from paraphrastic.models import load_model, model_path, tally_unknown, unknown_warning, use_threads
 from paraphrastic.workers import Workers
+
+SHOWN = 10  # bad line numbers kept and shown; the rest are counted
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -76,21 +78,23 @@ def parse_pair_lines(
 
 def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], int, dict]:
     """Score every line of the input into `out`, row for row, by --threads worker processes (a model on a GPU
-    scores in this process); returns (lines written, bad line numbers, pairs with an empty side, stats)."""
+    scores in this process); returns (lines written, the first SHOWN bad line numbers, pairs with an empty side,
+    stats: `bad_lines` counts them all, so that memory stays flat however many there are)."""
     path = Path(args.sentence_pair_file)
     total = count_lines(path)
     written = empty = 0
     bad: list[int] = []
-    stats: dict = {"invalid_utf8_lines": 0}
-    chunks = iter_raw_chunks(path, args.chunk_lines)
-    jobs = ((path, first, b"".join(raw), args.strict, args.skip_bad_lines, args.batch_size) for first, raw in chunks)
+    stats: dict = {"invalid_utf8_lines": 0, "bad_lines": 0}
+    blocks = iter_line_blocks(path, args.chunk_lines)
+    jobs = ((path, first, blob, args.strict, args.skip_bad_lines, args.batch_size) for first, blob in blocks)
     workers = None if model.device.type == "cpu" else 1
     with Workers(model, workers) as pool, tqdm(total=total, unit=" pair", disable=args.quiet, file=sys.stderr) as bar:
         for text, lines, chunk_bad, chunk_empty, chunk_stats in pool.map(score_job, jobs):
             out.write(text)
             for key, value in chunk_stats.items():
                 stats[key] = stats.get(key, 0) + value
-            written, bad, empty = written + lines, bad + chunk_bad, empty + chunk_empty
+            written, bad, empty = written + lines, bad + chunk_bad[: SHOWN - len(bad)], empty + chunk_empty
+            stats["bad_lines"] += len(chunk_bad)
             bar.update(lines)
     return written, bad, empty, stats
 
@@ -107,10 +111,11 @@ def score_job(model, job: tuple) -> tuple[str, int, list[int], int, dict]:
     return text, len(lines), bad, sum(s != s for s in scores) - len(bad), stats
 
 
-def line_list(numbers: list[int], shown: int = 10) -> str:
-    """`3, 7, 12` or `3, 7, ... (25 lines)`."""
+def line_list(numbers: list[int], shown: int = SHOWN, count: int = 0) -> str:
+    """`3, 7, 12` or `3, 7, ... (25 lines)` (`count`: how many there are in all, when `numbers` holds the first)."""
     head = ", ".join(map(str, numbers[:shown]))
-    return head if len(numbers) <= shown else f"{head}, ... ({len(numbers)} lines)"
+    count = max(count, len(numbers))
+    return head if count <= shown else f"{head}, ... ({count} lines)"
 
 
 @run_cli
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     use_threads(args.threads)
     open_input(args.sentence_pair_file)
-    refuse_same_file(args.output_file, args.sentence_pair_file, args.load_file, args.sp_model)
+    refuse_same_file(args.output_file, args.sentence_pair_file, model_path(args.load_file), args.sp_model)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
     if args.output_file:
         remove_stale_temps(args.output_file)  # left by a killed run
@@ -130,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := unknown_warning(model, stats):
         print(unknown, file=sys.stderr)
     if bad:
-        print(f"{len(bad)} bad lines (not exactly one tab) scored nan: line {line_list(bad)}", file=sys.stderr)
+        n = stats["bad_lines"]
+        print(f"{n} bad lines (not exactly one tab) scored nan: line {line_list(bad, count=n)}", file=sys.stderr)
     if empty:
         print(f"{empty} pairs with an empty side scored nan", file=sys.stderr)
     print(f"scored {written} lines", file=sys.stderr)

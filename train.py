@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import itertools
 import json
 import math
+import os
 import signal
 import sys
 import tempfile
@@ -56,6 +58,7 @@ from paraphrastic.fileio import (
     iter_line_chunks,
     lock_folder,
     open_input,
+    refuse_same_file,
     remove_stale_temps,
     reporting_full_disk,
     run_cli,
@@ -67,6 +70,7 @@ from paraphrastic.models import (
     Tokenizer,
     from_checkpoint,
     load_model,
+    model_path,
     native_bf16,
     read_sp_model,
     resolve_device,
@@ -79,6 +83,7 @@ STATE_FORMAT = "paraphrastic-train-state"
 STATE_VERSION = 2
 SP_SENTENCES = 2_000_000  # distinct sentences a new sentencepiece model is trained on
 MINE_CHUNK = 2048  # rows per similarity block when mining (measured best of 2048-6400)
+MAX_LISTED_COPIES = 64  # copies of one sentence in a mega-batch past which forbidden pairs are not listed
 SYNC_FREE_ON_CPU = False  # tests set it to run the GPU's step (no waits on the device) on a CPU
 EMBED_CHUNK = 8192  # sentences embedded at once when mining (bounds an LSTM's padded batch)
 STRUCTURE = ("encoder", "lowercase", "parts", "combine")  # the config keys that say what a model is
@@ -129,11 +134,16 @@ def sentencepiece_from_text(
         tmp = Path(f.name)
         for src, tgt in iter_pairs(path, skip_bad):
             text = "\n".join(itertools.chain(src, tgt))
-            fresh = [s for s in (text.lower() if lowercase else text).split("\n") if hash(s) not in seen]
+            fresh = [s for s in (text.lower() if lowercase else text).split("\n") if s and hash(s) not in seen]
             seen.update(map(hash, fresh))
             f.write("".join(s + "\n" for s in fresh))
             if len(seen) >= SP_SENTENCES:
                 break
+    if not seen:
+        tmp.unlink()
+        raise InputError(
+            f"{path}: no training pairs (every line empty or bad); check the file, or drop --skip-bad-lines"
+        )
     try:
         return train_sentencepiece(tmp, vocab_size, threads)
     finally:
@@ -203,7 +213,12 @@ def mine_hardest(
     n2 = len(vectors)
     n = n2 // 2
     unit = F.normalize(vectors.float(), dim=1).to(dtype)
-    bad_rows, bad_cols = forbidden_pairs(groups)
+    copies = int(torch.bincount(groups).max()) if n2 else 0
+    if copies > MAX_LISTED_COPIES:  # listing the pairs would take copies^2 memory: compare groups per block
+        partner_groups = groups[(torch.arange(n2, device=groups.device) + n) % n2]
+        bad_rows = bad_cols = None
+    else:
+        bad_rows, bad_cols = forbidden_pairs(groups)
     best = torch.full((n2,), -math.inf, device=vectors.device)
     arg = torch.full((n2,), -1, dtype=torch.int64, device=vectors.device)
 
@@ -221,8 +236,15 @@ def mine_hardest(
         blocks = [(a, min(a + chunk, n2), b, min(b + chunk, n2)) for i, a in enumerate(starts) for b in starts[i:]]
     for r0, r1, c0, c1 in blocks:
         sim = unit[r0:r1] @ unit[c0:c1].T
-        inside = (bad_rows >= r0) & (bad_rows < r1) & (bad_cols >= c0) & (bad_cols < c1)
-        sim[bad_rows[inside] - r0, bad_cols[inside] - c0] = -math.inf
+        if bad_rows is None:  # forbidden_pairs' relation, by group numbers
+            rows, cols = groups[r0:r1, None], groups[None, c0:c1]
+            sim.masked_fill_(
+                (rows == cols) | (partner_groups[r0:r1, None] == cols) | (rows == partner_groups[None, c0:c1]),
+                -math.inf,
+            )
+        else:
+            inside = (bad_rows >= r0) & (bad_rows < r1) & (bad_cols >= c0) & (bad_cols < c1)
+            sim[bad_rows[inside] - r0, bad_cols[inside] - c0] = -math.inf
         values, where = sim.max(dim=1)
         update(torch.arange(r0, r1, device=sim.device), values, where + c0)
         if r0 != c0:
@@ -456,6 +478,13 @@ class DistillStream:
                 f"vector per line of {sentence_file}" + ("" if any_dim else ", of the model's dimension")
             )
         self.targets = torch.from_numpy(np.array(targets, dtype=np.float32))
+        broken = torch.nonzero(~torch.isfinite(self.targets).all(1))
+        if len(broken):
+            row = int(broken[0])
+            raise InputError(
+                f"{target_file}: row {row} (line {row + 1} of {sentence_file}) holds NaN or infinite values, and "
+                f"{len(broken)} rows in all; recompute the targets"
+            )
         self.per_pass = max(len(self.lengths) // self.anchors, 1)
         self.order: tuple[int, np.ndarray] | None = None
 
@@ -660,6 +689,7 @@ class Trainer:
             model.embedding.weight.data = table[:-1]
         self.optimizer = LazyAdam(table, config.lr, spare=int(self.sync_free))
         self.bad = torch.zeros((), dtype=torch.int64, device=self.device)  # non-finite updates not yet reported
+        self.inputs = input_fingerprints(config)  # saved with the state, compared on --resume
         plain = not (config.distill or config.relate or config.scramble_rate) and model.poolings == ["mean"]
         self.graphs = GraphedSteps(self) if self.sync_free and plain else None
         self.dense_optimizer = torch.optim.Adam(self.dense, lr=config.lr) if self.dense else None
@@ -712,6 +742,7 @@ class Trainer:
             "best": self.best,
             "skipped": self.skipped,
             "num_pairs": len(self.sampler),
+            "inputs": self.inputs,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -953,7 +984,11 @@ class Trainer:
 
     def _save(self) -> None:
         extra = {"training": {"step": self.step, "epoch": self.epoch, "args": self.config.plain(names_only=True)}}
-        scores = self.dev_scores()
+        try:
+            scores = self.dev_scores()
+        except Error:  # a dev file that went bad during the run: keep what can be resumed, then say so
+            self._save_state(extra)
+            raise
         if scores:
             mean = sum(scores.values()) / len(scores)
             improved = math.isfinite(mean) and (self.best is None or mean > self.best)  # a NaN never becomes best
@@ -964,6 +999,10 @@ class Trainer:
             text = " ".join(f"{Path(k).name}={v:.2f}" for k, v in scores.items())
             tqdm.write(f"step {self.step}: dev Pearson {text} (mean {mean:.2f}{', best' if improved else ''})")
             self._metrics({"event": "dev", "step": self.step, "epoch": self.epoch, "pearson": scores, "mean": mean})
+        self._save_state(extra)
+
+    def _save_state(self, extra: dict) -> None:
+        """resume.pt, then model.pt, each written atomically."""
         with atomic_output(self.out / "resume.pt") as f:
             torch.save(self.state_dict(), f)
         self.model.save(self.out / "model.pt", extra_config=extra)
@@ -1304,12 +1343,18 @@ def model_parts(spec: str) -> list[tuple[str, str]]:
 
 
 def check_inputs(args: argparse.Namespace) -> None:
-    """Fail before any work (or output) when an input file is missing, dev files included."""
-    for path in [args.train_file, args.sp_model, *args.dev_file, *(args.distill or []), *(args.relate or [])]:
+    """Fail before any work (or output) when an input file is missing or a dev file does not parse, or when one of
+    the run's outputs in --output-dir is one of its inputs (--init-from run/model.pt --output-dir run)."""
+    files = [args.train_file, args.sp_model, *args.dev_file, *(args.distill or []), *(args.relate or [])]
+    for path in files:
         if path is not None:
             open_input(path)
-    if args.train_shards:
-        shard_paths(args.train_shards)
+    for path in args.dev_file:
+        evaluate.read_sts_pairs(path)  # a bad line fails now, not at the first save
+    shards = shard_paths(args.train_shards) if args.train_shards else []
+    init = model_path(args.init_from) if args.init_from else None
+    for name in OUTPUTS:
+        refuse_same_file(args.output_dir / name, init, *files, *shards)
 
 
 def load_resume_state(out: Path) -> dict:
@@ -1330,6 +1375,17 @@ def load_resume_state(out: Path) -> dict:
             "(a newer version wrote it: upgrade paraphrastic to resume it)"
         )
     wrong = [k for k, kind in STATE_PARTS.items() if not isinstance(state.get(k), kind)]
+    position, optimizer = state.get("position"), state.get("optimizer")
+    if isinstance(position, dict) and not all(
+        isinstance(position.get(k), int) and position[k] >= 0 for k in ("step", "epoch", "offset", "inner")
+    ):
+        wrong.append("position")
+    if isinstance(optimizer, dict) and not (
+        isinstance(optimizer.get("steps"), int) and isinstance(optimizer.get("moments"), torch.Tensor)
+    ):
+        wrong.append("optimizer")
+    if not isinstance(state.get("megabatch_pairs", 0), int) or not isinstance(state.get("skipped", 0), int):
+        wrong.append("megabatch_pairs or skipped")
     if wrong:
         raise InputError(f"{path}: damaged training state (missing or malformed: {', '.join(wrong)}); {START_OVER}")
     return state
@@ -1345,6 +1401,39 @@ def check_resume_args(config: Config, state: dict, out: Path) -> None:
         diff = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} -> {config.plain()[k]}" for k in changed)
         hint = "" if config.force_resume else "; --force-resume accepts other input files"
         raise InputError(f"{out / 'resume.pt'}: cannot resume with different settings ({diff}){hint}")
+
+
+def fingerprint(path: Path) -> str:
+    """A file's size and a hash of its first and last MiB: a file changed in place at the same path differs."""
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        digest.update(f.read(1 << 20))
+        if size > 2 << 20:
+            f.seek(-(1 << 20), os.SEEK_END)
+        digest.update(f.read(1 << 20))
+    return f"{size}:{digest.hexdigest()[:32]}"
+
+
+def input_fingerprints(config: Config) -> dict[str, str]:
+    """The fingerprint of each training input file, by path, saved in resume.pt and compared on --resume."""
+    paths = [config.train_file, *(config.train_shards or ()), *(config.distill or ()), *(config.relate or ())]
+    return {str(p): fingerprint(Path(p)) for p in paths if p is not None and Path(p).is_file()}
+
+
+def check_inputs_unchanged(config: Config, state: dict, out: Path) -> None:
+    """Refuse to resume on input files whose content changed since they were saved (same path, other data),
+    unless --force-resume."""
+    saved = state.get("inputs")
+    if not isinstance(saved, dict) or config.force_resume:
+        return
+    now = input_fingerprints(config)
+    changed = [path for path, value in saved.items() if path in now and now[path] != value]
+    if changed:
+        raise InputError(
+            f"{out / 'resume.pt'}: {', '.join(changed)} changed since the run was saved (same name, other content); "
+            "resume on the original file, or pass --force-resume to go on with the new one"
+        )
 
 
 def same_inputs(value):
@@ -1488,6 +1577,7 @@ def run(args: argparse.Namespace, device: str, on_step: Callable[[Trainer], None
     config = make_config(args, device, state, init, ranks)
     if state is not None:
         check_resume_args(config, state, out)
+        check_inputs_unchanged(config, state, out)
     threads = use_threads(config.threads)
     device = resolve_device(config.device)
     with ranks.rank_zero_first(config) as setup:  # rank 0 trains sentencepiece, the others reuse it

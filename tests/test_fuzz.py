@@ -2,15 +2,17 @@
 the checkpoint loader and the sentencepiece loader. Each accepts the bytes or refuses them with its own
 error type (InputError, ModelError): no other exception, and never code execution."""
 
+import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from paraphrastic import models, shards
+from paraphrastic import fileio, models, shards
 from paraphrastic.fileio import InputError, count_lines, iter_line_chunks, split_pair
 
 FUZZ = settings(  # seeded: CI runs the same examples every time
@@ -196,5 +198,64 @@ def test_checkpoint_config_fuzz(sp_bytes, tmp_path):
             return
         model.save(tmp_path / "again.pt")
         assert models.load_model(tmp_path / "again.pt").embed_raw_text(["a man"]).shape == (1, model.dim)
+
+    check()
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+KEYS = ["normalizer", "normalizers", "type", "model", "paraphrastic", "sha256", "pre_tokenizer", "vocab"]
+json_objects = st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=6), json_values, max_size=5)
+json_texts = (
+    json_values.map(json.dumps)
+    | json_objects.map(json.dumps)
+    | st.integers(1, 3000).map(lambda depth: "[" * depth + "]" * depth)  # nested beyond Python's recursion
+    | st.integers(1, 3000).map(lambda depth: '{"normalizer": ' * depth + "1" + "}" * depth)
+    | st.binary(max_size=40).map(lambda raw: raw.decode("latin-1"))
+)
+
+
+def test_model_folders_with_any_json_load_or_give_one_clear_error(tiny_model, tmp_path):
+    """A sentence-transformers / model2vec folder whose config.json and tokenizer.json take any JSON shape (or are
+    not JSON): load_model gives a model or a ModelError naming what is wrong, never another exception."""
+    interop = pytest.importorskip("paraphrastic.interop")
+    pytest.importorskip("safetensors")
+    good = interop.export_folder(tiny_model, tmp_path / "good")
+    folder = tmp_path / "fuzzed"
+
+    @FUZZ
+    @given(json_texts, json_texts, st.booleans())
+    def check(config, tokenizer, keep_sp):
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(good, folder)
+        (folder / "config.json").write_text(config)
+        (folder / "tokenizer.json").write_text(tokenizer)
+        if not keep_sp:
+            (folder / models.SP_FILE).write_bytes(b"not a sentencepiece model")
+        try:
+            model = models.load_model(folder)
+        except models.ModelError as e:
+            assert str(e).startswith(str(folder)) and "\n" not in str(e)
+        else:
+            assert model.embed_raw_text(["a man"]).shape == (1, tiny_model.dim)
+
+    check()
+
+
+def test_line_blocks_are_the_raw_chunks_joined(tmp_path):
+    """The vectorised block reader that feeds the workers cuts the same lines, with the same numbers, as the
+    line-by-line reader, for any bytes, chunk size, slice and read size."""
+    path = tmp_path / "fuzz.txt"
+
+    @FUZZ
+    @given(messy_bytes, st.integers(1, 5), st.integers(0, 6), st.none() | st.integers(0, 12), st.integers(1, 9))
+    @example(b"a\nb\nc\n", 2, 0, 1, 9)  # the slice ends inside one read: lines past it are not sent
+    def check(data, chunk_lines, start, stop, block):
+        path.write_bytes(data)
+        want = [(first, b"".join(raw)) for first, raw in fileio.iter_raw_chunks(path, chunk_lines, start, stop)]
+        assert list(fileio.iter_line_blocks(path, chunk_lines, start, stop, block)) == want
 
     check()

@@ -148,14 +148,17 @@ def test_training_killed_at_random_points_resumes_to_the_same_weights(sp_file, p
 def test_stale_temporary_files_are_removed_on_the_next_run(sp_file, pairs_file, tiny_model_file, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    stale = [out / ".resume.pt.x1y2.tmp", out / ".model.pt.abc.tmp", out / f".{train.SP_INPUT}.q.tmp"]
-    other = out / ".notes.txt.keep.tmp"  # not one of the run's outputs: left alone
-    for path in [*stale, other]:
+    dead = 2**22 + 7  # no such process
+    stale = [out / f".resume.pt.{dead}.x1y2z3w4.tmp", out / f".model.pt.{dead}.abc_1234.tmp"]
+    stale.append(out / f".{train.SP_INPUT}.{dead}.q1w2e3r4.tmp")
+    others = [out / ".notes.txt.keep.tmp", out / ".model.pt.mybackup.tmp"]  # not the run's, or not named by it
+    for path in [*stale, *others]:
         path.write_bytes(b"partial")
     assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "2")) == 0
-    assert temps(out) == [other.name]
+    assert temps(out) == sorted(p.name for p in others)
     (tmp_path / "in.txt").write_text("a line\n")
-    (tmp_path / ".out.npy.k3.tmp").write_bytes(b"partial")
+    (tmp_path / f".out.npy.{dead}.k3k3k3k3.tmp").write_bytes(b"partial")
+    (tmp_path / ".out.npy.mybackup.tmp").write_text("a user's notes")  # a name of the same shape, not ours
     args = [
         "--sentence-file",
         tmp_path / "in.txt",
@@ -165,7 +168,8 @@ def test_stale_temporary_files_are_removed_on_the_next_run(sp_file, pairs_file, 
         tmp_path / "out.npy",
     ]
     assert embed_sentences.main([*map(str, args), "--quiet"]) == 0
-    assert not (tmp_path / ".out.npy.k3.tmp").exists()
+    assert not (tmp_path / f".out.npy.{dead}.k3k3k3k3.tmp").exists()
+    assert (tmp_path / ".out.npy.mybackup.tmp").read_text() == "a user's notes"
 
 
 def test_atomic_output_fsyncs_before_the_rename(tmp_path, monkeypatch):
@@ -817,11 +821,11 @@ def test_a_line_over_the_limit_is_refused_naming_it(tiny_model_file, pairs_file,
     done = run_main(
         embed_sentences, capsys, "--load-file", tiny_model_file, "--sentence-file", text, "--output-file", out
     )
-    assert_one_line_error(done, f"{text}:2: a line of 5,001 bytes", fileio.LINE_LIMIT_ENV)
+    assert_one_line_error(done, f"{text}:2: a line of more than 4,096 bytes", fileio.LINE_LIMIT_ENV)
     pairs = tmp_path / "long.tsv"
     pairs.write_bytes(pairs_file.read_bytes() + b"a\t" + b"y" * 5000 + b"\n")
     done = run_main(train, capsys, "--train-file", pairs, "--output-dir", tmp_path / "run", "--max-steps", "1")
-    assert_one_line_error(done, f"{pairs}:301: a line of 5,003 bytes")
+    assert_one_line_error(done, f"{pairs}:301: a line of more than 4,096 bytes")
     monkeypatch.setenv(fileio.LINE_LIMIT_ENV, "10000")  # raised: the same file is read
     assert (
         embed_sentences.main(
@@ -848,7 +852,7 @@ def test_stale_temp_cleanup_keeps_a_running_jobs_temps(tmp_path):
     out = tmp_path / "model.pt"
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        mine, other, gone = (tmp_path / f".model.pt.{pid}.abc.tmp" for pid in (os.getpid(), alive.pid, 2**22 + 7))
+        mine, other, gone = (tmp_path / f".model.pt.{pid}.abcd1234.tmp" for pid in (os.getpid(), alive.pid, 2**22 + 7))
         for path in (mine, other, gone):
             path.write_text("x")
         assert fileio.remove_stale_temps(out) == 1

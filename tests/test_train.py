@@ -91,7 +91,10 @@ def brute_force_allowed(sents, x: int, bitext: bool) -> list[int]:
 
 @pytest.mark.parametrize("bitext", [False, True])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_mined_negative_is_the_brute_force_argmax(bitext, precision):
+@pytest.mark.parametrize("listed", [True, False])  # forbidden pairs listed, or compared by group per block
+def test_mined_negative_is_the_brute_force_argmax(bitext, precision, listed, monkeypatch):
+    if not listed:
+        monkeypatch.setattr(train, "MAX_LISTED_COPIES", 0)
     n = 23
     sents, ids, offsets = random_megabatch(n, seed=7 + bitext)
     vectors = torch.randn(2 * n, 12, generator=torch.Generator().manual_seed(1))
@@ -575,3 +578,14 @@ def test_a_non_finite_update_is_masked_on_the_device(pairs_file, sp_file, tmp_pa
     assert train.main(stop) == 3  # --on-nan stop: found at the next save (update 8), which is not made
     assert torch.load(tmp_path / "stop" / "resume.pt", weights_only=True)["position"]["step"] == 4
     assert "were not applied" in capsys.readouterr().err
+
+
+def test_many_copies_of_one_pair_mine_in_bounded_memory():
+    """12,800 copies of one pair in a mega-batch: listing their forbidden pairs would take 25,600^2 entries; by
+    group they are compared block by block, and nothing can be a negative."""
+    n = 12_800
+    ids, offsets = torch.tensor([5, 6, 7] * (2 * n)), torch.arange(0, 6 * n, 3)
+    groups = train.sentence_groups(ids, offsets)
+    assert int(groups.max()) == 0
+    vectors = torch.randn(2 * n, 8, generator=torch.Generator().manual_seed(0))
+    assert (train.mine_hardest(vectors, groups, bitext=False) == -1).all()
