@@ -74,7 +74,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shard", type=int, help="embed only slice I (0-based) of --num-shards contiguous slices")
     p.add_argument("--num-shards", type=int, help="number of slices the lines are cut into (with --shard)")
     p.add_argument("--concat", nargs="+", metavar=("OUT", "SHARD"), help="join shard .npy files, in order, into OUT")
+    add_engine_args(p, "text, one sentence per line (plain or .gz), or Parquet with --text-column")
+    p.add_argument("--text-column", default="text", help="with --engine ray: the text column of Parquet inputs")
     args = p.parse_args(argv)
+    if args.engine == "ray":
+        if args.sentence_file or args.output_file or args.concat or args.shard is not None:
+            p.error("--engine ray takes --input and --output-dir (Parquet parts), not the local options")
+        if not (args.input and args.output_dir):
+            p.error("--engine ray needs --input PATTERN... and --output-dir")
+        return args
     if args.concat:
         if args.sentence_file or args.output_file or args.shard is not None or len(args.concat) < 2:
             p.error("--concat takes OUT and then the shard files in order, and nothing to embed")
@@ -85,6 +93,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.num_shards is not None and not 0 <= args.shard < args.num_shards:
         p.error(f"--shard must be in 0..{args.num_shards - 1} (0-based) and --num-shards at least 1")
     return args
+
+
+def add_engine_args(p: argparse.ArgumentParser, what: str) -> None:
+    """--engine and the options of the Ray engine (ray_engine.py), shared by embed and score."""
+    p.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="local: worker processes on this machine; ray: a Ray cluster (pip install .[ray])")  # fmt: skip
+    p.add_argument("--input", nargs="+", metavar="PATTERN", help=f"with --engine ray: files or globs of {what}")
+    p.add_argument("--output-dir", help="with --engine ray: the folder of Parquet parts (columns file, line, ...)")
+    p.add_argument("--address", help="with --engine ray: a running cluster (default: a local Ray on this machine)")
 
 
 def shard_bounds(lines: int, shard: int, num_shards: int) -> tuple[int, int]:
@@ -317,6 +334,10 @@ def concat_shards(paths: list[str | os.PathLike], output_file: str | os.PathLike
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.engine == "ray":
+        from paraphrastic import ray_engine
+
+        return ray_engine.main_embed(args)
     if args.concat:
         out, *paths = args.concat
         refuse_same_file(out, *paths)

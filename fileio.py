@@ -177,19 +177,25 @@ def iter_raw_chunks(
 
 
 def iter_line_blocks(
-    path: str | os.PathLike, chunk_lines: int = 65536, start: int = 0, stop: int | None = None, block: int = 1 << 20
+    path: str | os.PathLike,
+    chunk_lines: int = 65536,
+    start: int = 0,
+    stop: int | None = None,
+    block: int = 1 << 20,
+    offset: int | None = None,
 ) -> Iterator[tuple[int, bytes]]:
     """(number of the first line, the bytes of up to `chunk_lines` whole lines) over lines [start, stop): what
     `iter_raw_chunks` reads, joined, found by a vectorised newline search in reads of `block` bytes, so that the
     process feeding worker processes spends its time per block, not per line. A line over the limit is refused
-    here, without reading it whole."""
+    here, without reading it whole. `offset`: the byte where line `start` begins, when known (a seek instead of
+    reading the lines before it)."""
     path = Path(path)
     open_input(path)
     limit, line_no = line_limit(), start + 1
     left = math.inf if stop is None else max(stop - start, 0)
     buf, marks = b"", np.zeros(0, dtype=np.int64)  # unsent bytes; the offsets of the newlines in them
     with reading(path), open_binary(path) as f:
-        skip_lines(f, start)
+        f.seek(offset) if offset is not None else skip_lines(f, start)
         while left:
             data = f.read(block)
             found = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + len(buf)
@@ -211,6 +217,20 @@ def iter_line_blocks(
                 line_no, left = line_no + take, left - take
             if not data:
                 return
+
+
+def line_offsets(path: str | os.PathLike, every: int, block: int = 1 << 20) -> list[tuple[int, int]]:
+    """(line, byte offset) of line 0 and of every `every`-th line after it in a plain text file, from one pass
+    of vectorised newline counting: where independent readers of one file can start."""
+    marks, lines = [(0, 0)], 0
+    with reading(Path(path)), open(path, "rb") as f:
+        at = 0
+        while data := f.read(block):
+            ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+            for k in range((lines // every + 1) * every, lines + len(ends) + 1, every):
+                marks.append((k, at + int(ends[k - lines - 1]) + 1))
+            lines, at = lines + len(ends), at + len(data)
+    return [(line, offset) for line, offset in marks if offset < at or line == 0]
 
 
 def decode_raw(raw: list[bytes], path: Path, first_line: int, strict: bool) -> tuple[list[str], int]:

@@ -104,6 +104,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the IVF training sample")
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="ray: embed on a Ray cluster and search in parallel tasks (pip install .[ray,mine])")  # fmt: skip
+    p.add_argument("--address", help="with --engine ray: a running cluster (default: a local Ray on this machine)")
     args = p.parse_args(argv)
     if bool(args.paraphrase) == bool(args.source or args.target) or bool(args.source) != bool(args.target):
         p.error("give either --source and --target (bitext) or --paraphrase FILE")
@@ -362,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
     if not args.paraphrase and english_only(args.load_file):
         print(f"note: {ENGLISH_ONLY}", file=sys.stderr)
+    if args.engine == "ray":
+        from paraphrastic import ray_engine
+
+        return ray_engine.main_mine(args)
     start = time.perf_counter()
     with work_dir(args) as work:
         sides = [

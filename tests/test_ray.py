@@ -1,0 +1,184 @@
+"""--engine ray on a local Ray with 2 CPUs: the Parquet parts of 16 files equal paraphrastic-embed on their
+concatenation row for row, scoring likewise, mining equals the single-machine miner on Tatoeba and PUD, and a
+worker killed mid-job still leaves every line exactly once."""
+
+import gzip
+import os
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import generated_sentences, need
+
+from paraphrastic import embed_sentences, mine_bitext, score_sentence_pairs
+from paraphrastic.ray_engine import Parts
+
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    ray = need("ray")
+    from paraphrastic import ray_engine
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # DyingParts below, for the workers
+    yield ray_engine
+    ray.shutdown()
+
+
+def awkward_files(folder: Path) -> list[Path]:
+    """16 files: plain and gzip, empty lines, invalid UTF-8, some without a final newline, one empty."""
+    folder.mkdir()
+    sentences = [s.encode() for s in generated_sentences(1600, seed=11)]
+    files = []
+    for i in range(16):
+        body = b"\n".join(sentences[i * 100 : (i + 1) * 100]) + (b"" if i % 5 == 0 else b"\n")
+        if i == 3:
+            body = b"\n\n" + body + b"\xff\xfe broken\n"
+        if i == 7:
+            body = b""
+        path = folder / (f"f{i:02d}.txt.gz" if i % 2 else f"f{i:02d}.txt")
+        path.write_bytes(gzip.compress(body) if i % 2 else body)
+        files.append(path)
+    return files
+
+
+def concatenation(files: list[Path], out: Path) -> Path:
+    """The files' lines one after the other, as one plain file (a newline added where a file lacks its last)."""
+    parts = []
+    for path in files:
+        body = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        parts.append(body + (b"\n" if body and not body.endswith(b"\n") else b""))
+    out.write_bytes(b"".join(parts))
+    return out
+
+
+def test_embedding_16_files_on_ray_equals_one_machine_on_their_concatenation(engine, tiny_model_file, tmp_path):
+    files = awkward_files(tmp_path / "in")
+    out = tmp_path / "vectors"
+    args = ["--engine", "ray", "--input", str(tmp_path / "in" / "*"), "--output-dir", out, "--load-file"]
+    assert embed_sentences.main([*map(str, args), str(tiny_model_file)]) == 0
+    table = engine.read_parts(out)
+    single = tmp_path / "single.npy"
+    args = ["--sentence-file", concatenation(files, tmp_path / "all.txt"), "--load-file", tiny_model_file]
+    assert embed_sentences.main([*map(str, args), "--output-file", str(single), "--quiet"]) == 0
+    vectors = table.column("vector").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
+    assert vectors.tobytes() == np.load(single).tobytes()  # the parts in name order are the input order
+    counts = [len(concatenation([f], tmp_path / "one.txt").read_bytes().splitlines()) for f in files]
+    want = [(str(f), line) for f, n in zip(files, counts, strict=True) for line in range(n)]
+    assert list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True)) == want
+
+
+def test_scoring_on_ray_equals_one_machine(engine, tiny_model_file, tmp_path):
+    (tmp_path / "in").mkdir()
+    sentences = generated_sentences(400, seed=12)
+    files = []
+    for i in range(4):
+        lines = [f"{a}\t{b}" for a, b in zip(sentences[i * 100 : i * 100 + 99], sentences[i * 100 + 1 :], strict=False)]
+        body = ("\n".join(lines) + "\nno tab here\n").encode()
+        path = tmp_path / "in" / (f"p{i}.tsv.gz" if i % 2 else f"p{i}.tsv")
+        path.write_bytes(gzip.compress(body) if i % 2 else body)
+        files.append(path)
+    out = tmp_path / "scores"
+    args = ["--engine", "ray", "--input", *map(str, files), "--output-dir", str(out), "--skip-bad-lines"]
+    assert score_sentence_pairs.main([*args, "--load-file", str(tiny_model_file)]) == 0
+    scores = engine.read_parts(out).column("score").to_numpy()
+    single = tmp_path / "single.tsv"
+    args = ["--sentence-pair-file", str(concatenation(files, tmp_path / "all.tsv")), "--skip-bad-lines", "--quiet"]
+    assert score_sentence_pairs.main([*args, "--load-file", str(tiny_model_file), "--output-file", str(single)]) == 0
+    want = np.array([float(line.rsplit("\t", 1)[1]) for line in single.read_text().splitlines()])
+    assert len(scores) == len(want) == 400 and np.array_equal(np.round(scores, 6), want, equal_nan=True)
+
+
+@pytest.mark.parametrize("corpus", ["tatoeba/deu-eng.{}", "tatoeba/fra-eng.{}", "pud/deu-eng.{}"])
+def test_mining_on_ray_equals_the_single_machine_miner(engine, shared_data, corpus, tmp_path):
+    """The Tatoeba and PUD sets with the multilingual model: the same pairs and scores, to the digit printed
+    (faiss's exact search on one thread, as each Ray task searches)."""
+    lang = corpus.split("/")[1][:3]
+    source, target = shared_data / corpus.format(lang), shared_data / corpus.format("eng")
+    outs = []
+    for engine in ("local", "ray"):
+        out = tmp_path / f"{engine}.tsv"
+        args = ["--source", source, "--target", target, "--load-file", "multilingual", "--output-file", out]
+        args += ["--threshold=-inf", "--quiet", "--threads", "1", "--engine", engine]
+        assert mine_bitext.main(list(map(str, args))) == 0
+        outs.append(out.read_text())
+    assert outs[0] == outs[1] and len(outs[0].splitlines()) > 900
+
+
+def test_paraphrase_mining_on_ray_equals_the_single_machine_miner(engine, tiny_model_file, tmp_path):
+    path = tmp_path / "en.txt"
+    path.write_text("\n".join(generated_sentences(300, seed=13) * 2) + "\n\n")  # duplicates, a blank line
+    outs = []
+    for engine in ("local", "ray"):
+        out = tmp_path / f"{engine}.tsv"
+        args = ["--paraphrase", path, "--load-file", tiny_model_file, "--output-file", out, "--threshold=-inf"]
+        assert mine_bitext.main([*map(str, args), "--quiet", "--threads", "1", "--engine", engine]) == 0
+        outs.append(out.read_text())
+    assert outs[0] == outs[1] and outs[0]
+
+
+class DyingParts(Parts):
+    """Parts whose process kills itself the first time it reaches work item 5 (a marker file remembers)."""
+
+    def work(self, item):
+        marker = self.out / "killed-once"
+        if int(item["item"]) == 5 and not marker.exists():
+            marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().work(item)
+
+
+def test_a_worker_killed_mid_job_still_gives_every_line_once(engine, tiny_model_file, tmp_path):
+    files = awkward_files(tmp_path / "in")
+    out = tmp_path / "vectors"
+    out.mkdir()
+    items = engine.plan(files, lines_per_item=40)  # several items a file
+    engine.run(items, out, 2, actor=DyingParts, model=str(tiny_model_file))
+    assert (out / "killed-once").exists()  # the worker did die, and its item was run again
+    table = engine.read_parts(out)
+    keys = list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True))
+    assert (
+        len(keys)
+        == len(set(keys))
+        == sum(len(concatenation([f], tmp_path / "one.txt").read_bytes().splitlines()) for f in files)
+    )
+    single = tmp_path / "single.npy"
+    args = ["--sentence-file", concatenation(files, tmp_path / "all.txt"), "--load-file", tiny_model_file]
+    assert embed_sentences.main([*map(str, args), "--output-file", str(single), "--quiet"]) == 0
+    vectors = table.column("vector").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
+    assert vectors.tobytes() == np.load(single).tobytes()
+
+
+def test_the_ray_data_stage_adds_a_vector_column(engine, tiny_model_file):
+    import ray as ray_module
+
+    texts = generated_sentences(500, seed=14)
+    ds = engine.embed_dataset(ray_module.data.from_items([{"text": t} for t in texts]), str(tiny_model_file), workers=2)
+    rows = ds.take_all()
+    from paraphrastic import models
+
+    want = models.load_model(tiny_model_file).embed_here(texts)
+    got = {row["text"]: row["vector"] for row in rows}
+    assert len(rows) == 500 and all(np.array_equal(got[t], w) for t, w in zip(texts, want, strict=True))
+
+
+def test_without_ray_the_engine_says_which_extra(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    (tmp_path / "a.txt").write_text("a man\n")
+    args = ["--engine", "ray", "--input", str(tmp_path / "a.txt"), "--output-dir", str(tmp_path / "o")]
+    assert embed_sentences.main(args) == 2
+    assert "pip install 'paraphrastic[ray]'" in capsys.readouterr().err
+
+
+def test_bad_input_on_ray_is_one_clear_error(engine, tiny_model_file, tmp_path, capsys):
+    (tmp_path / "p.tsv").write_text("a man\ta woman\nno tab here\n")
+    args = ["--engine", "ray", "--input", str(tmp_path / "p.tsv"), "--output-dir", str(tmp_path / "o")]
+    assert score_sentence_pairs.main([*args, "--load-file", str(tiny_model_file)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'p.tsv'}:2: expected")
+    args[-1] = str(tmp_path / "o2")
+    assert score_sentence_pairs.main([*args, "--load-file", str(tmp_path / "nope.pt")]) == 2
+    assert "no such model file" in capsys.readouterr().err
