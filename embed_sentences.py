@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine == "ray":
         from paraphrastic import ray_engine
 
-        return ray_engine.main_embed(args)
+        return ray_engine.main_files(args, "embedded", text_column=args.text_column)
     if args.concat:
         out, *paths = args.concat
         refuse_same_file(out, *paths)

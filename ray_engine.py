@@ -221,35 +221,18 @@ class Batches:
         return batch
 
 
-def summary(items: list[dict], done: dict, what: str, out: Path) -> str:
-    rows, parts = sum(int(r["rows"]) for r in done.values()), sum(int(r["parts"]) for r in done.values())
-    files = len({item["file"] for item in items})
-    return f"{what} {rows} lines of {files} files into {parts} Parquet parts in {out}"
-
-
-def main_embed(args) -> int:
-    """paraphrastic-embed --engine ray."""
+def main_files(args, what: str, **parts) -> int:
+    """paraphrastic-embed or -score --engine ray: plan the --input files, run them on the actors, say what was
+    written. `parts`: what Parts takes beyond the model (score=True to score)."""
     files = input_files(args.input)
     load_model(args.load_file)  # a bad model fails here, in one line, not in every actor
     out = output_folder(args.output_dir)
     cpus = start(args.address, args.threads)
     items = plan(files)
     done = run(items, out, min(args.threads or cpus, cpus), model=args.load_file, batch_size=args.batch_size,
-               strict=args.strict, text_column=args.text_column)  # fmt: skip
-    print(summary(items, done, "embedded", out), file=sys.stderr)
-    return 0
-
-
-def main_score(args) -> int:
-    """paraphrastic-score --engine ray."""
-    files = input_files(args.input)
-    load_model(args.load_file)  # a bad model fails here, in one line, not in every actor
-    out = output_folder(args.output_dir)
-    cpus = start(args.address, args.threads)
-    items = plan(files)
-    done = run(items, out, min(args.threads or cpus, cpus), model=args.load_file, batch_size=args.batch_size,
-               strict=args.strict, score=True, skip_bad=args.skip_bad_lines)  # fmt: skip
-    print(summary(items, done, "scored", out), file=sys.stderr)
+               strict=args.strict, **parts)  # fmt: skip
+    rows, written = sum(int(r["rows"]) for r in done.values()), sum(int(r["parts"]) for r in done.values())
+    print(f"{what} {rows} lines of {len(files)} files into {written} Parquet parts in {out}", file=sys.stderr)
     return 0
 
 

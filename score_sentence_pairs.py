@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine == "ray":
         from paraphrastic import ray_engine
 
-        return ray_engine.main_score(args)
+        return ray_engine.main_files(args, "scored", score=True, skip_bad=args.skip_bad_lines)
     use_threads(args.threads)
     open_input(args.sentence_pair_file)
     refuse_same_file(args.output_file, args.sentence_pair_file, model_path(args.load_file), args.sp_model)

@@ -80,6 +80,22 @@ def sp_bytes(corpus_file) -> bytes:
 
 
 @pytest.fixture
+def sp_file(sp_bytes, tmp_path) -> Path:
+    path = tmp_path / "sp.model"
+    path.write_bytes(sp_bytes)
+    return path
+
+
+@pytest.fixture
+def pairs_file(tmp_path) -> Path:
+    """300 generated sentence pairs, one per line (modules that need other pairs define their own)."""
+    path = tmp_path / "pairs.tsv"
+    src, tgt = generated_sentences(300, seed=3), generated_sentences(300, seed=4)
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in zip(src, tgt, strict=True)))
+    return path
+
+
+@pytest.fixture
 def tiny_model(sp_bytes) -> models.SPModel:
     torch.manual_seed(0)
     tokenizer = models.Tokenizer(sp_bytes, lowercase=True)

@@ -74,21 +74,6 @@ def temps(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob(".*.tmp"))
 
 
-@pytest.fixture
-def sp_file(sp_bytes, tmp_path) -> Path:
-    path = tmp_path / "sp.model"
-    path.write_bytes(sp_bytes)
-    return path
-
-
-@pytest.fixture
-def pairs_file(tmp_path) -> Path:
-    path = tmp_path / "pairs.tsv"
-    src, tgt = generated_sentences(300, seed=3), generated_sentences(300, seed=4)
-    path.write_text("".join(f"{s}\t{t}\n" for s, t in zip(src, tgt, strict=True)))
-    return path
-
-
 def train_args(pairs_file: Path, sp_file: Path, out: Path, *extra) -> list[str]:
     return [
         "--train-file", str(pairs_file), "--sp-model", str(sp_file), "--output-dir", str(out), "--dim", "16",

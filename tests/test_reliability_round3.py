@@ -20,21 +20,6 @@ from paraphrastic import embed_sentences, fileio, models, score_sentence_pairs, 
 
 
 @pytest.fixture
-def sp_file(sp_bytes, tmp_path):
-    path = tmp_path / "sp.model"
-    path.write_bytes(sp_bytes)
-    return path
-
-
-@pytest.fixture
-def pairs_file(tmp_path):
-    src, tgt = generated_sentences(300, seed=3), generated_sentences(300, seed=4)
-    path = tmp_path / "pairs.tsv"
-    path.write_text("".join(f"{s}\t{t}\n" for s, t in zip(src, tgt, strict=True)))
-    return path
-
-
-@pytest.fixture
 def text_file(tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("\n".join(generated_sentences(50, seed=5)) + "\n")

@@ -18,13 +18,6 @@ from paraphrastic.pairs import PairData, PairSampler, ShardSet, shard_paths, tok
 
 
 @pytest.fixture
-def sp_file(sp_bytes, tmp_path):
-    path = tmp_path / "sp.model"
-    path.write_bytes(sp_bytes)
-    return path
-
-
-@pytest.fixture
 def pairs_file(tmp_path):
     """Generated pairs; some lines repeat and some targets repeat, so duplicates reach the miner."""
     src, tgt = generated_sentences(300, seed=3), generated_sentences(300, seed=4)
