@@ -15,6 +15,9 @@ import pytest
 from conftest import ROOT
 
 
+pytestmark = pytest.mark.xdist_group("install")  # one wheel build at a time: setuptools builds in the checkout
+
+
 def run(*cmd, cwd=None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return subprocess.run(list(map(str, cmd)), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
