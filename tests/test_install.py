@@ -3,6 +3,7 @@ fresh virtual environment, run from a folder outside the checkout."""
 
 import configparser
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -13,9 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT
-
-
-pytestmark = pytest.mark.xdist_group("install")  # one wheel build at a time: setuptools builds in the checkout
 
 
 def run(*cmd, cwd=None) -> subprocess.CompletedProcess:
@@ -30,7 +28,9 @@ def installed(tmp_path_factory):
     copying torch alone takes a minute), whether that is a base Python or a virtual environment, but the package
     itself must come from the wheel."""
     tmp = tmp_path_factory.mktemp("install")
-    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", ROOT)
+    source = tmp / "paraphrastic"  # a clean copy: the checkout's own build/ (an editable install's) stays out of it
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "runs", ".*cache*"))
+    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", source)
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp / "dist").glob("paraphrastic-*.whl")
     venv.create(tmp / "env")  # pip comes from the packages it sees, below
