@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -170,7 +169,7 @@ def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
     """A worker's part of embed_file: decode its lines and write their rows into the output (on a CPU), or
     return their pieces (row, ids, lengths) for the device to pool; returns (lines, stats, pieces or None)."""
     path, first, blob, strict, batch_size, out, row = job
-    lines, bad = decode_raw(io.BytesIO(blob).readlines(), path, first, strict)
+    lines, bad = decode_raw(blob, path, first, strict)
     stats = {"invalid_utf8_lines": bad}
     tally_unknown(model, lines, stats, sample=max(256, len(lines) // 32))
     if model.device.type != "cpu":

@@ -13,7 +13,7 @@ import errno
 import fcntl
 import glob
 import gzip
-import itertools
+import io
 import math
 import os
 import re
@@ -148,32 +148,10 @@ def iter_line_chunks(
     """
     stats = stats if stats is not None else {}
     stats.setdefault("invalid_utf8_lines", 0)
-    for line_no, raw in iter_raw_chunks(path, chunk_lines, start, stop):
-        lines, bad = decode_raw(raw, Path(path), line_no, strict)
+    for line_no, blob in iter_line_blocks(path, chunk_lines, start, stop):
+        lines, bad = decode_raw(blob, Path(path), line_no, strict)
         stats["invalid_utf8_lines"] += bad
         yield lines
-
-
-def iter_raw_chunks(
-    path: str | os.PathLike, chunk_lines: int = 65536, start: int = 0, stop: int | None = None
-) -> Iterator[tuple[int, list[bytes]]]:
-    """(number of the first line, up to `chunk_lines` undecoded lines) over lines [start, stop): what
-    `iter_line_chunks` reads, for worker processes to decode with `decode_raw`."""
-    path = Path(path)
-    open_input(path)
-    line_no = start + 1
-    left = None if stop is None else max(stop - start, 0)
-    limit = line_limit()
-    with reading(path), open_binary(path) as f:
-        skip_lines(f, start)
-        lines = iter(lambda: f.readline(limit + 1), b"")  # a longer line is refused, never read whole
-        while left != 0:
-            raw = list(itertools.islice(lines, chunk_lines if left is None else min(chunk_lines, left)))
-            if not raw:
-                return
-            yield line_no, raw
-            line_no += len(raw)
-            left = None if left is None else left - len(raw)
 
 
 def iter_line_blocks(
@@ -184,10 +162,10 @@ def iter_line_blocks(
     block: int = 1 << 20,
     offset: int | None = None,
 ) -> Iterator[tuple[int, bytes]]:
-    """(number of the first line, the bytes of up to `chunk_lines` whole lines) over lines [start, stop): what
-    `iter_raw_chunks` reads, joined, found by a vectorised newline search in reads of `block` bytes, so that the
-    process feeding worker processes spends its time per block, not per line. A line over the limit is refused
-    here, without reading it whole. `offset`: the byte where line `start` begins, when known (a seek instead of
+    """(number of the first line, the bytes of up to `chunk_lines` whole lines) over lines [start, stop), found by
+    a vectorised newline search in reads of `block` bytes, so that a reader (the process feeding worker processes
+    above all) spends its time per block, not per line; `decode_raw` makes them lines. A line over the limit is
+    refused here, without reading it whole. `offset`: the byte where line `start` begins, when known (a seek instead of
     reading the lines before it)."""
     path = Path(path)
     open_input(path)
@@ -233,8 +211,10 @@ def line_offsets(path: str | os.PathLike, every: int, block: int = 1 << 20) -> l
     return [(line, offset) for line, offset in marks if offset < at or line == 0]
 
 
-def decode_raw(raw: list[bytes], path: Path, first_line: int, strict: bool) -> tuple[list[str], int]:
-    """(lines, how many held invalid UTF-8) of raw lines that start at line `first_line`, under the line limit."""
+def decode_raw(blob: bytes, path: Path, first_line: int, strict: bool) -> tuple[list[str], int]:
+    """(lines, how many held invalid UTF-8) of a block of whole lines that starts at line `first_line`, under the
+    line limit."""
+    raw = io.BytesIO(blob).readlines()
     check_line_lengths(raw, path, first_line)
     return _decode_lines(raw, path, first_line, strict)
 

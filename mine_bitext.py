@@ -298,16 +298,18 @@ def retrieve(fwd: tuple, bwd: tuple, retrieval: str) -> tuple[np.ndarray, np.nda
     return src[found], tgt[found], score[found]
 
 
-def mine(source: Side, target: Side, args: argparse.Namespace, same: bool = False) -> tuple[np.ndarray, ...]:
+def mine(
+    source: Side, target: Side, args: argparse.Namespace, same: bool = False, nearest: Callable = nearest_keys
+) -> tuple[np.ndarray, ...]:
     """(source lines, target lines, scores) of the retrieved pairs, best first, before the threshold.
 
     `same`: source and target are one side (paraphrase mode): self-matches are removed and each unordered
-    pair is returned once.
+    pair is returned once. `nearest`: the search, nearest_keys or one of the same signature (Ray's).
     """
     if min(len(source.rows), len(target.rows)) < 1 + same:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-    fwd = nearest_keys(target, source, args.k + same, args)
-    bwd = None if same else nearest_keys(source, target, args.k, args)
+    fwd = nearest(target, source, args.k + same, args)
+    bwd = None if same else nearest(source, target, args.k, args)
     return select_pairs(source, target, fwd, bwd, args)
 
 

@@ -11,8 +11,8 @@ parts' row counts, never the vectors. Without an --address, a local Ray starts o
 
 from __future__ import annotations
 
+import functools
 import glob
-import io
 import os
 import sys
 from collections.abc import Iterator
@@ -90,7 +90,7 @@ def read_items(item: dict, text_column: str, strict: bool) -> Iterator[tuple[int
     stop = None if item["lines"] < 0 else item["first"] + item["lines"]
     offset = item["offset"] if path.suffix != ".gz" else None
     for number, blob in iter_line_blocks(path, PART_LINES, item["first"], stop, offset=offset):
-        lines, _ = decode_raw(io.BytesIO(blob).readlines(), path, number, strict)
+        lines, _ = decode_raw(blob, path, number, strict)
         yield number - 1, lines
 
 
@@ -284,13 +284,15 @@ def search_item(index: tuple[str, np.ndarray], folder: str, item: dict, rows: np
     return int(lo), sims, ids
 
 
-def nearest(keys, key_dir: Path, queries, query_dir: Path, query_items: list[dict], k: int, args):
-    """mine_bitext.nearest_keys on Ray: the index built by one task, the query side searched item by item."""
+def nearest(keys, queries, k: int, args, parts: dict):
+    """mine_bitext.nearest_keys on Ray: the index built by one task, the query side searched item by item.
+    `parts`: each side's (folder of Parquet parts, work items), by its path."""
     ray = ray_module()
     k = min(k, len(keys.rows))
     from paraphrastic import mine_bitext
 
     mine_bitext.index_kind(len(keys.rows), args)  # faiss where an IVF index is needed, as on one machine
+    (key_dir, _), (query_dir, query_items) = parts[keys.path], parts[queries.path]
     index = ray.put(ray.get(ray.remote(num_cpus=1)(build_index).remote(str(key_dir), str(keys.path), keys.rows, args)))
     rows = ray.put(queries.rows)
     search = ray.remote(num_cpus=1)(search_item)
@@ -300,29 +302,26 @@ def nearest(keys, key_dir: Path, queries, query_dir: Path, query_items: list[dic
 
 
 def main_mine(args) -> int:
-    """paraphrastic-mine --engine ray: both sides embedded on Ray, the keys indexed by one task and the queries
-    searched item by item, then mine_bitext's own margin scoring and retrieval on the driver (k neighbours a
-    line): the same pairs and scores as on one machine."""
+    """paraphrastic-mine --engine ray: both sides embedded on Ray, then mine_bitext.mine with the search above (the
+    keys indexed by one task, the queries searched item by item), its own margin scoring and retrieval on the
+    driver (k neighbours a line): the same pairs and scores as on one machine."""
     from paraphrastic import mine_bitext
 
     same = bool(args.paraphrase)
     files = [Path(p) for p in ([args.paraphrase] if same else [args.source, args.target])]
     cpus = start(args.address, args.threads)
     with mine_bitext.work_dir(args) as work:
-        sides = []
+        sides, parts = [], {}
         for i, path in enumerate(files):
             folder, items = work / f"side-{i}", plan([path])
             folder.mkdir()
             run(items, folder, min(args.threads or cpus, cpus), model=args.load_file, batch_size=args.batch_size,
                 strict=args.strict)  # fmt: skip
-            sides.append((mine_bitext.Side(path, None, mine_bitext.mined_rows(path, same, args)), folder, items))
-        (source, source_dir, source_items), (target, target_dir, target_items) = sides[0], sides[-1]
-        if min(len(source.rows), len(target.rows)) < 1 + same:
-            pairs = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-        else:
-            fwd = nearest(target, target_dir, source, source_dir, source_items, args.k + same, args)
-            bwd = None if same else nearest(source, source_dir, target, target_dir, target_items, args.k, args)
-            pairs = mine_bitext.select_pairs(source, target, fwd, bwd, args)
+            sides.append(mine_bitext.Side(path, None, mine_bitext.mined_rows(path, same, args)))
+            parts[path] = folder, items
+        source, target = sides[0], sides[-1]
+        search = functools.partial(nearest, parts=parts)
+        pairs = mine_bitext.mine(source, target, args, same, nearest=search)
         kept = mine_bitext.write_pairs(Path(args.output_file), source, target, pairs, args)
     print(f"wrote {kept} of {len(pairs[2])} retrieved pairs to {args.output_file} (Ray)", file=sys.stderr)
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import sys
 from pathlib import Path
 
@@ -112,7 +111,7 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
 def score_job(model, job: tuple) -> tuple[str, int, list[int], int, dict]:
     """A worker's part of score_file: (output text, lines, bad line numbers, pairs with an empty side, stats)."""
     path, first, blob, strict, skip_bad, batch_size = job
-    lines, invalid = decode_raw(io.BytesIO(blob).readlines(), path, first, strict)
+    lines, invalid = decode_raw(blob, path, first, strict)
     pairs, bad = parse_pair_lines(lines, path, first, skip_bad)
     scores = model.score_raw_text(pairs, batch_size)
     stats = {"invalid_utf8_lines": invalid}

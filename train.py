@@ -539,11 +539,7 @@ class MegaBatch:
     def minibatch(self, start: int, stop: int, one_sided: bool):
         """(bags, validity) of [sources, targets, negatives of sources(, negatives of targets)]."""
         pairs = torch.arange(start, stop, device=self.lengths.device)
-        anchors = [pairs] if one_sided else [pairs, pairs + self.n]
-        negatives = [self.negatives[a] for a in anchors]
-        partners = [(a + self.n) % (2 * self.n) for a in anchors]
-        fallback = [torch.where(neg >= 0, neg, p) for neg, p in zip(negatives, partners, strict=True)]
-        idx = torch.cat([pairs, pairs + self.n, *fallback])
+        idx, negatives = minibatch_sentences(pairs, self.n, self.negatives, one_sided)
         total = self.ids_in(start, stop, one_sided) if idx.is_cuda or SYNC_FREE_ON_CPU else None
         return self.sentences.take(idx, self.lengths, total), [(neg >= 0).float() for neg in negatives]
 
@@ -552,13 +548,19 @@ class MegaBatch:
         back once a mega-batch), so that a GPU's step needs no answer from it."""
         if self.host_negatives is None:
             self.host_negatives = self.negatives.cpu().numpy()
-        pairs = np.arange(start, stop)
-        anchors = [pairs] if one_sided else [pairs, pairs + self.n]
-        negatives = [self.host_negatives[a] for a in anchors]
-        fallback = [
-            np.where(neg >= 0, neg, (a + self.n) % (2 * self.n)) for neg, a in zip(negatives, anchors, strict=True)
-        ]
-        return int(self.host_lengths[np.concatenate([pairs, pairs + self.n, *fallback])].sum())
+        idx, _ = minibatch_sentences(np.arange(start, stop), self.n, self.host_negatives, one_sided)
+        return int(self.host_lengths[idx].sum())
+
+
+def minibatch_sentences(pairs, n, negatives, one_sided: bool):
+    """(positions of a mini-batch's sentences in its mega-batch, the anchors' negatives): the pairs' sources and
+    targets, then each anchor's mined negative, its partner where none was allowed. Torch tensors or numpy arrays
+    alike, so the GPU's step, its graph and the host's count of its ids share one layout."""
+    where, cat = (torch.where, torch.cat) if isinstance(pairs, torch.Tensor) else (np.where, np.concatenate)
+    anchors = [pairs] if one_sided else [pairs, pairs + n]
+    negs = [negatives[a] for a in anchors]
+    fallback = [where(neg >= 0, neg, (a + n) % (2 * n)) for neg, a in zip(negs, anchors, strict=True)]
+    return cat([pairs, pairs + n, *fallback]), negs
 
 
 class GraphedSteps:
@@ -642,11 +644,7 @@ class GraphedSteps:
         config, trainer = self.trainer.config, self.trainer
         batch, size = config.batch_size, self.size
         start, n, pad_at = self.numbers[0], self.numbers[1], self.numbers[2]
-        pairs = start + self.positions[:batch]
-        anchors = [pairs] if config.one_sided else [pairs, pairs + n]
-        negatives = [self.negatives[a] for a in anchors]
-        fallback = [torch.where(neg >= 0, neg, (a + n) % (2 * n)) for neg, a in zip(negatives, anchors, strict=True)]
-        idx = torch.cat([pairs, pairs + n, *fallback])
+        idx, negatives = minibatch_sentences(start + self.positions[:batch], n, self.negatives, config.one_sided)
         lens = self.lengths[idx]
         lens = torch.cat([lens, (size - lens.sum()).view(1)])  # the padding bag takes the rest
         sources = torch.cat([self.offsets[idx], pad_at.view(1)])
