@@ -26,7 +26,9 @@ from tqdm import tqdm
 
 from paraphrastic import knn, mine_bitext
 from paraphrastic.fileio import Error, InputError, at_least, cli_parser, count_lines, open_input, read_lines, run_cli
-from paraphrastic.models import ENGLISH_ONLY, SHIPPED, Model, english_only, load_model, use_threads
+from paraphrastic.models import Model, load_model
+from paraphrastic.static import ENGLISH_ONLY, SHIPPED, english_only
+from paraphrastic.workers import use_threads
 
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported: no usage reports, no version check
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -43,8 +43,8 @@ from paraphrastic.fileio import (
     run_cli,
     write_npy_rows,
 )
-from paraphrastic.models import load_model, model_path, tally_unknown, unknown_warning, use_threads
-from paraphrastic.workers import Workers
+from paraphrastic.static import load_encoder, model_path, tally_unknown, unknown_warning, use_torch_for
+from paraphrastic.workers import Workers, threads, use_threads
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
@@ -122,7 +122,7 @@ def embed_file(
     workers: int | None = None,
 ) -> dict:
     """Embed lines [start, stop) of `sentence_file` (all by default) into the .npy `output_file`, streamed and
-    written atomically, by `workers` processes (default: one per torch thread) that write their rows into the
+    written atomically, by `workers` processes (default: `workers.threads()`) that write their rows into the
     memory-mapped output; returns stats (`rows`, `invalid_utf8_lines`)."""
     open_input(sentence_file)
     stop = count_lines(sentence_file) if stop is None else stop
@@ -137,7 +137,8 @@ def embed_file(
         jobs = (
             (Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start) for first, blob in blocks
         )
-        row = 0
+        row, workers = 0, workers or threads()
+        use_torch_for(-(-n // workers))  # before the fork: imported once for every worker
         with Workers(model, workers) as pool, tqdm(total=n, unit=" sent", disable=quiet, file=sys.stderr) as bar:
             for rows, job_stats, tokens in pool.map(embed_job, jobs):
                 if tokens is not None:  # tokenized by the workers, pooled here on the device
@@ -172,7 +173,7 @@ def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
     lines, bad = decode_raw(blob, path, first, strict)
     stats = {"invalid_utf8_lines": bad}
     tally_unknown(model, lines, stats, sample=max(256, len(lines) // 32))
-    if model.device.type != "cpu":
+    if not model.on_cpu:
         return len(lines), stats, (row, *model.token_ids(lines))
     write_npy_rows(out, row, model.embed_here(lines, batch_size))
     return len(lines), stats, None
@@ -347,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     use_threads(args.threads)
     open_input(args.sentence_file)
     refuse_same_file(args.output_file, args.sentence_file, model_path(args.load_file), args.sp_model)
-    model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
+    model = load_encoder(args.load_file, sp_model=args.sp_model, device=args.device)
     remove_stale_temps(args.output_file)  # left by a killed run
     if args.shard is not None:
         stats = embed_shard(model, args)

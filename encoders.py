@@ -12,14 +12,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from paraphrastic.fileio import ModelError
+from paraphrastic.static import cased
 
 POOLINGS = ("mean", "lstm", "blstm", "gran")
 COMBINE = ("add", "concat")
-
-
-def cased(texts: Sequence[str], lowercase: bool) -> list[str]:
-    """The texts lowercased when the model lowercases, as a list (every tokenizer, SP's included)."""
-    return list(map(str.lower, texts)) if lowercase else list(texts)
 
 
 class WordTokenizer:

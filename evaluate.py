@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import pearsonr, spearmanr
 
-from paraphrastic import knn, models
+from paraphrastic import knn, models, static, workers
 from paraphrastic.fileio import (
     InputError,
     at_least,
@@ -310,7 +310,7 @@ def pair_cosines(model, sets: dict[str, Pairs], batch_size: int | None = None) -
     for key, p in sets.items():
         n = len(p.gold)
         left, right = rows[start : start + n], rows[start + n : start + 2 * n]
-        out[key] = models.cosine(vectors[left], vectors[right])
+        out[key] = static.cosine(vectors[left], vectors[right])
         start += 2 * n
     return out
 
@@ -581,8 +581,8 @@ def main(argv: list[str] | None = None) -> int:
             "paraphrastic.preprocess.evaluation.download`, or pass --data-dir, or set PARAPHRASTIC_DATA)"
         )
     langs = chosen_langs(args.data_dir, args.langs)
-    refuse_same_file(args.json, models.model_path(args.load_file), args.sp_model, args.data_dir)
-    models.use_threads(args.threads)
+    refuse_same_file(args.json, static.model_path(args.load_file), args.sp_model, args.data_dir)
+    workers.use_threads(args.threads)
     model = models.load_model(args.load_file, args.sp_model, args.device)
     start = time.perf_counter()
     results = evaluate(model, args.data_dir, args.tasks, langs, args.batch_size, args.require_all)
@@ -593,8 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report(results, compare))
     if args.compare and not compare:
         print(f"\nnote: {MULTILINGUAL_NOTE}")
-    if models.english_only(args.load_file) and set(args.tasks) & {"sts17", *RETRIEVAL}:
-        print(f"\nnote: {models.ENGLISH_ONLY} (STS 2017's other pairs, {', '.join(RETRIEVAL)} are cross-lingual)")
+    if static.english_only(args.load_file) and set(args.tasks) & {"sts17", *RETRIEVAL}:
+        print(f"\nnote: {static.ENGLISH_ONLY} (STS 2017's other pairs, {', '.join(RETRIEVAL)} are cross-lingual)")
     print(f"\n{model!r}; evaluated in {seconds:.1f} s")
     if args.json:
         meta = {"model": args.load_file, "data_dir": str(args.data_dir), "seconds": seconds}

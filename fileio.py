@@ -71,7 +71,7 @@ def open_binary(path: Path) -> BinaryIO:
 def refuse_same_file(output: str | os.PathLike | None, *inputs: str | os.PathLike | None) -> None:
     """Fail before any work when an output would overwrite one of the run's inputs (the same file under any name:
     a link, a relative path, a file inside an input folder). Callers pass models as the files their names stand
-    for (models.model_path), so a shipped model's name or the default is checked too."""
+    for (static.model_path), so a shipped model's name or the default is checked too."""
     if output is None or not Path(output).exists():
         return
     for item in inputs:

@@ -47,7 +47,9 @@ from paraphrastic.fileio import (
     run_cli,
     scratch_folder,
 )
-from paraphrastic.models import ENGLISH_ONLY, english_only, load_model, model_path, use_threads
+from paraphrastic.models import load_model
+from paraphrastic.static import ENGLISH_ONLY, english_only, model_path
+from paraphrastic.workers import use_threads
 
 DEFAULT_THRESHOLD = {"margin": 1.06, "cosine": 0.7}
 

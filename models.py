@@ -1,30 +1,28 @@
 """The paper's SP sentence encoder: text -> sentencepiece pieces -> mean of their embeddings -> cosine.
 
 SP (Wieting et al., "Paraphrastic Representations at Scale") averages the embeddings of a sentence's
-sentencepiece pieces. This module holds its tokenizer, the mean pooling, the model classes, the
-self-contained checkpoint format, `load_model`, and the `embed_raw_text` / `score_raw_text` API. The seed
-papers' other encoders (WORD, TRIGRAM, LSTM, BLSTM, GRAN and their combinations) are parts of the same
-`Model`; their tokenizers and poolings are in encoders.py.
+sentencepiece pieces. This module holds the torch model classes (trained by train.py, run on a GPU), the
+self-contained checkpoint format and `load_model`. The tokenizer and the `encode` / `score_raw_text` API are
+static.py's, shared with its torch-free StaticModel. The seed papers' other encoders (WORD, TRIGRAM, LSTM,
+BLSTM, GRAN and their combinations) are parts of the same `Model`; their tokenizers and poolings are in
+encoders.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import io
-import itertools
 import json
 import os
 import pickle
 import platform
-import shutil
 import string
 import sys
 import tempfile
 import unicodedata
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -38,87 +36,35 @@ from paraphrastic.encoders import (
     COMBINE,
     POOLINGS,
     TOKENIZERS,
-    cased,
     combined,
     deinterleave,
     interleave,
     recurrent_layer,
     recurrent_pool,
 )
-from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output, write_npy_rows
-from paraphrastic.workers import Workers
+from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output
+from paraphrastic.static import (
+    FORMAT,
+    FORMAT_VERSION,
+    INT8_VERSION,
+    SHIPPED,
+    Encoding,
+    Tokenizer,
+    check_small,
+    fill_empty,
+    first_sentence,
+    model_path,
+    offsets_of,
+    sp_rows,
+)
 
-FORMAT = "paraphrastic-sp"
-FORMAT_VERSION = 1
-INT8_VERSION = 2  # a table stored as int8 rows with row scales; earlier readers refuse it by version, not as corrupt
 PRECISIONS = ("float32", "float16", "int8")
 LEGACY_UNK = "UUUNKKK"  # the unknown-token row of the original toolkit's released models
 MAX_SP_BYTES = 256 << 20  # sentencepiece models of even a million pieces are a few tens of MB
-DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
 SP_FILE = "sentencepiece.model"
 WEIGHT_KEYS = ("embeddings", "embedding.weight")  # model2vec's key, sentence-transformers' key
 WEIGHT_DIRS = (".", "0_StaticEmbedding")  # where the two libraries put model.safetensors and tokenizer.json
 CHECKED = ("model.safetensors", "tokenizer.json", SP_FILE)  # the files whose checksums config.json records
-PARALLEL_MIN = 20_000  # texts from which embed_raw_text starts worker processes: fewer take well under a second
-JOB_TEXTS = 8192  # texts in one worker's job
-SHIPPED = {"default": DEFAULT_MODEL, "multilingual": DEFAULT_MODEL.with_name("multilingual.pt")}
-
-
-class Tokenizer:
-    """Sentencepiece plus the model's lowercasing; turns a batch of texts into flat ids + offsets."""
-
-    kind = "sp"
-
-    def __init__(self, sp_model: bytes, lowercase: bool, source: str | os.PathLike | None = None):
-        self.sp_model = sp_model
-        self.lowercase = lowercase
-        self.sp = spm.SentencePieceProcessor()
-        try:
-            self.sp.LoadFromSerializedProto(sp_model)
-        except (RuntimeError, OSError, TypeError) as e:
-            where = f"{source}: " if source is not None else ""
-            reason = _first_sentence(e).removeprefix("INTERNAL: ")
-            reason = "it does not parse" if "ParseFromArray" in reason else reason
-            raise ModelError(f"{where}not a valid sentencepiece model, truncated or corrupt ({reason})") from None
-
-    def __len__(self) -> int:
-        return self.sp.get_piece_size()
-
-    @property
-    def unk_id(self) -> int:
-        return self.sp.unk_id()
-
-    def encode(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
-        """Piece ids of each text (lowercased first when the model was trained lowercased)."""
-        return self.sp.encode(cased(texts, self.lowercase), num_threads=num_threads)
-
-    def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """(flat ids, per-text lengths) of a batch."""
-        return flatten(self.encode(texts, num_threads))
-
-
-def flatten(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate per-text id lists into (flat ids, per-text lengths), both int64."""
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
-    return flat, lengths
-
-
-def offsets_of(lengths: np.ndarray) -> np.ndarray:
-    """Start offset of each bag from its length."""
-    offsets = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=offsets[1:])
-    return offsets
-
-
-def fill_empty(flat: np.ndarray, lengths: np.ndarray, unk: int) -> tuple[np.ndarray, np.ndarray]:
-    """Give every empty bag the single id `unk`, so that no sentence pools over nothing."""
-    empty = np.flatnonzero(lengths == 0)
-    if len(empty):
-        flat = np.insert(flat, offsets_of(lengths)[empty], unk)
-        lengths = lengths.copy()
-        lengths[empty] = 1
-    return flat, lengths
 
 
 class Bags(NamedTuple):
@@ -166,7 +112,7 @@ def mean_pool(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, dro
     return F.embedding_bag(torch.arange(len(ids), device=ids.device), rows, offsets, mode="mean")
 
 
-class Model(nn.Module):
+class Model(nn.Module, Encoding):
     """A sentence encoder: each part tokenizes the text and pools its rows of one shared embedding table
     (mean, or a recurrent pooling from encoders.py); the parts' vectors are added or concatenated.
 
@@ -222,6 +168,10 @@ class Model(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.embedding.weight.device
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.device.type == "cpu"
 
     @property
     def sp_tokenizer(self) -> Tokenizer | None:
@@ -285,75 +235,6 @@ class Model(nn.Module):
     def embed_tokens(self, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """The vectors of texts already tokenized by `token_ids` (a GPU pools what CPU workers tokenized)."""
         return self(*self.rows_and_offsets(flat, lengths)).cpu().numpy()
-
-    def embed_raw_text(self, texts: Sequence[str], batch_size: int = 8192, pool: Workers | None = None) -> np.ndarray:
-        """Embed raw sentences: a float32 array (len(texts), dim), one row per text, in order. Inputs of
-        PARALLEL_MIN texts or more go to worker processes, one per torch thread (`pool`: a kept pool, for any
-        size, see `start_multi_process_pool`); the rows are the same bit for bit."""
-        if isinstance(texts, str):
-            raise TypeError("embed_raw_text takes a list of sentences, not a single string (encode takes either)")
-        if not len(texts) or (pool is None and (len(texts) < PARALLEL_MIN or torch.get_num_threads() == 1)):
-            return self.embed_here(texts, batch_size)
-        with contextlib.nullcontext(pool) if pool is not None else Workers(self) as workers:
-            if workers.size == 1:
-                return self.embed_here(texts, batch_size)
-            step = max(1, min(JOB_TEXTS, -(-len(texts) // workers.size)))
-            if self.device.type != "cpu":  # CPU workers tokenize, the device pools
-                jobs = ((texts[i : i + step], batch_size) for i in range(0, len(texts), step))
-                parts = [self.embed_tokens(*tokens) for tokens in workers.map(_tokens_job, jobs)]
-                return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
-            with shared_rows(len(texts), self.dim) as (path, out):  # the workers write their rows in place
-                jobs = ((texts[i : i + step], batch_size, path, i) for i in range(0, len(texts), step))
-                for _ in workers.map(_embed_job, jobs):
-                    pass
-        return out
-
-    def encode(self, texts: str | Sequence[str], batch_size: int = 8192, pool: Workers | None = None) -> np.ndarray:
-        """sentence-transformers' name for `embed_raw_text`; a single string gives a 1-D vector."""
-        if isinstance(texts, str):
-            return self.embed_raw_text([texts], batch_size, pool)[0]
-        return self.embed_raw_text(texts, batch_size, pool)
-
-    def start_multi_process_pool(self, workers: int | None = None) -> Workers:
-        """Worker processes to keep across `encode(..., pool=pool)` calls (default: one per torch thread);
-        close with `pool.close()`, `stop_multi_process_pool(pool)`, or use it in a `with` block."""
-        return Workers(self, workers)
-
-    @staticmethod
-    def stop_multi_process_pool(pool: Workers) -> None:
-        pool.close()
-
-    def score_raw_text(
-        self, pairs: Sequence[tuple[str, str]], batch_size: int = 8192, pool: Workers | None = None
-    ) -> list[float]:
-        """Cosine similarity of each (sentence1, sentence2) pair, in order; NaN where a side is empty or
-        blank (there is no text to compare, and the unknown-token vector of both would score 1)."""
-        if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
-            raise TypeError("score_raw_text takes a list of (sentence1, sentence2) pairs; for one pair pass [(a, b)]")
-        if any(isinstance(p, str) or len(p) != 2 for p in pairs):
-            raise TypeError("score_raw_text takes a list of (sentence1, sentence2) pairs, each two strings")
-        both = self.embed_raw_text([p[0] for p in pairs] + [p[1] for p in pairs], batch_size, pool)
-        blank = np.array([not (a.strip() and b.strip()) for a, b in pairs], dtype=bool)
-        return np.where(blank, np.nan, cosine(both[: len(pairs)], both[len(pairs) :])).tolist()
-
-    def mostly_unknown(self, texts: Sequence[str]) -> np.ndarray:
-        """Per text: are more than half of its pieces (a bare word-start mark aside) unknown to the model?
-        Such a text embeds as nearly the unknown piece's vector, so any two of them score near 1."""
-        tokenizer = self.tokenizers[0]
-        flat, lengths = tokenizer.encode_flat(texts)
-        owner = np.repeat(np.arange(len(texts)), lengths)
-        space = tokenizer.sp.piece_to_id("\u2581") if tokenizer.kind == "sp" else -1
-        if tokenizer.kind == "sp" and tokenizer.sp.id_to_piece(space) != "\u2581":
-            space = -1
-        content = np.bincount(owner, weights=flat != space, minlength=len(texts))
-        unknown = np.bincount(owner, weights=flat == tokenizer.unk_id, minlength=len(texts))
-        return unknown * 2 > content
-
-    def similarity(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> np.ndarray:
-        """Cosine of every row of `a` with every row of `b`, (len(a), len(b)), as sentence-transformers'
-        `similarity`: each side is a list of sentences or an array of vectors from `encode`."""
-        a, b = (np.asarray(x) if isinstance(x, np.ndarray | torch.Tensor) else self.encode(x) for x in (a, b))
-        return unit_rows(a) @ unit_rows(b).T
 
     def checkpoint(self, extra_config: dict | None = None, precision: str = "float32") -> dict:
         """The self-contained checkpoint: table, tokenizers, LSTM weights and config, as plain data. The table is
@@ -422,13 +303,7 @@ class SPModel(Model):
 
     def rows_and_offsets(self, flat: np.ndarray, lengths: np.ndarray) -> Bags:
         """Map piece ids to rows (dropping pieces without a row); empty texts get the unknown row."""
-        if self.piece_rows is not None:
-            rows = self.piece_rows[flat]
-            keep = rows >= 0
-            owner = np.repeat(np.arange(len(lengths)), lengths)
-            flat = rows[keep]
-            lengths = np.bincount(owner[keep], minlength=len(lengths)).astype(np.int64)
-        return Bags.of(*fill_empty(flat, lengths, self.unk_row))
+        return Bags.of(*sp_rows(flat, lengths, self.piece_rows, self.unk_row))
 
     def checkpoint(self, extra_config: dict | None = None, precision: str = "float32") -> dict:
         state = super().checkpoint(extra_config, precision)
@@ -436,43 +311,6 @@ class SPModel(Model):
             state["piece_rows"] = torch.from_numpy(self.piece_rows)
             state["unk_row"] = self.unk_row
         return state
-
-
-def _embed_job(model: Model, job: tuple[Sequence[str], int, Path, int]) -> None:
-    texts, batch_size, path, row = job
-    write_npy_rows(path, row, model.embed_here(texts, batch_size))
-
-
-@contextlib.contextmanager
-def shared_rows(rows: int, dim: int) -> Iterator[tuple[Path, np.ndarray]]:
-    """A float32 .npy of (rows, dim) that worker processes fill by name, and the caller's array over it: in
-    /dev/shm where it has room, else in the temporary folder; its name is gone after the block, its rows stay."""
-    size = rows * dim * 4 + 4096
-    shm = Path("/dev/shm")
-    room = shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * size
-    fd, name = tempfile.mkstemp(prefix="paraphrastic-rows.", suffix=".npy", dir=shm if room else None)
-    os.close(fd)
-    try:
-        out = np.lib.format.open_memmap(name, mode="w+", dtype=np.float32, shape=(rows, dim))
-        yield Path(name), np.asarray(out)
-    finally:
-        os.unlink(name)
-
-
-def _tokens_job(model: Model, job: tuple[Sequence[str], int]) -> tuple[np.ndarray, np.ndarray]:
-    return model.token_ids(job[0])
-
-
-def unit_rows(x: np.ndarray) -> np.ndarray:
-    """Each row scaled to length 1 (a zero row stays zero)."""
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise cosine of two (N, dim) arrays; a zero vector scores 0."""
-    num = np.einsum("ij,ij->i", a, b, dtype=np.float64)
-    den = np.linalg.norm(a, axis=1).astype(np.float64) * np.linalg.norm(b, axis=1)
-    return np.clip(np.divide(num, den, out=np.zeros_like(num), where=den > 0), -1.0, 1.0)
 
 
 def _plain(value):
@@ -498,32 +336,6 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelError("--device cuda was asked for but no CUDA device is available (use cpu or auto)")
     return device
-
-
-def use_threads(threads: int | None = None) -> int:
-    """Set torch's CPU threads: `threads`, else the cores that other processes leave idle (at least 1).
-    Spinning threads on busy cores are many times slower than one thread."""
-    if not threads:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        threads = max(1, min(cores, round(cores - busy_cores())))
-    torch.set_num_threads(threads)
-    return threads
-
-
-def busy_cores() -> float:
-    """Cores other processes keep busy: the 1-minute load average, but no more than the other tasks running
-    now, since the average lags (a job that ended a minute ago still counts in it)."""
-    load = os.getloadavg()[0]
-    running = running_tasks()
-    return load if running is None else min(load, running)
-
-
-def running_tasks() -> int | None:
-    """Runnable tasks other than this one, from /proc/loadavg (None where there is no such file)."""
-    try:
-        return max(0, int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]) - 1)
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def native_bf16(device: torch.device | str = "cpu") -> bool:
@@ -567,11 +379,11 @@ def _safe_load(path: Path) -> dict:
     except FileNotFoundError:
         raise
     except Exception as e:  # any other failure to unpickle is a damaged file, whatever the library raised
-        raise ModelError(f"{path}: not a readable model file, truncated or corrupt ({_first_sentence(e)})") from None
+        raise ModelError(f"{path}: not a readable model file, truncated or corrupt ({first_sentence(e)})") from None
     if not isinstance(state, dict):
         raise ModelError(f"{path}: not a model checkpoint (top level is {type(state).__name__})")
     for key in ("config", "args"):
-        _check_small(state.get(key), path, key)
+        check_small(state.get(key), path, key)
     return state
 
 
@@ -593,28 +405,6 @@ def _check_inflation(path: Path) -> None:
             )
 
 
-def _check_small(value, path: Path, key: str, budget: int = 100_000, depth: int = 32) -> None:
-    """Refuse a config too large or deep to be one (nested or shared so that walking it never ends, a
-    "billion laughs"): it is walked once with a budget of nodes and a depth limit."""
-    stack, seen = [(value, 0)], 0
-    while stack:
-        item, level = stack.pop()
-        seen += 1
-        if seen > budget or level > depth:
-            raise ModelError(f"{path}: its {key} is nested or repeated beyond any real config (the file is corrupt)")
-        if isinstance(item, argparse.Namespace):
-            item = vars(item)
-        if isinstance(item, dict):
-            stack += [(v, level + 1) for v in item.values()]
-        elif isinstance(item, list | tuple):
-            stack += [(v, level + 1) for v in item]
-
-
-def _first_sentence(error: Exception) -> str:
-    text = str(error).strip().splitlines()[0].strip() if str(error).strip() else type(error).__name__
-    return text.split(". ")[0].rstrip(".")
-
-
 def _unpickler_line(error: Exception, word: str) -> str | None:
     """The line of torch's weights-only refusal that holds `word` (GLOBAL: what the file tried to load)."""
     lines = [line.strip() for line in str(error).splitlines() if word.lower() in line.lower()]
@@ -632,11 +422,11 @@ def read_json_object(path: Path, what: str) -> dict:
             raise ModelError(f"{path}: {path.stat().st_size:,} bytes, larger than any {what}")
         value = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, OSError) as e:
-        reason = "nested too deeply" if isinstance(e, RecursionError) else _first_sentence(e)
+        reason = "nested too deeply" if isinstance(e, RecursionError) else first_sentence(e)
         raise ModelError(f"{path}: not a valid {what} ({reason})") from None
     if not isinstance(value, dict):
         raise ModelError(f"{path}: not a valid {what} (its top level is {type(value).__name__}, not an object)")
-    _check_small(value, path, what, budget=10_000_000)
+    check_small(value, path, what, budget=10_000_000)
     return value
 
 
@@ -793,56 +583,8 @@ def load_model(
         else:
             raise ModelError(f"{path}: not a paraphrastic model (keys: {sorted(map(str, state))[:6]})")
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
-        raise ModelError(f"{path}: malformed model file ({type(e).__name__}: {_first_sentence(e)})") from None
+        raise ModelError(f"{path}: malformed model file ({type(e).__name__}: {first_sentence(e)})") from None
     return model.to(resolve_device(device)).eval()
-
-
-def tally_unknown(model: Model, lines: Sequence[str], stats: dict, sample: int = 2048) -> None:
-    """Count, in `stats`, how many of about `sample` evenly spread lines are mostly unknown pieces (a check
-    cheap enough for every chunk of a long file)."""
-    checked = lines[:: max(1, len(lines) // sample)]
-    stats["unknown_checked"] = stats.get("unknown_checked", 0) + len(checked)
-    stats["mostly_unknown"] = stats.get("mostly_unknown", 0) + int(model.mostly_unknown(checked).sum())
-
-
-def unknown_warning(model: Model, stats: dict) -> str | None:
-    """The run's one warning about lines the model cannot read (another script or language), or None."""
-    share = stats.get("mostly_unknown", 0) / max(stats.get("unknown_checked", 0), 1)
-    if not share:
-        return None
-    if model.tokenizers[0].kind != "sp":  # a vocabulary counted on the training text: its gaps are not languages
-        hint = (
-            f"; this model's {model.tokenizers[0].kind}s are the {len(model.tokenizers[0]):,} most frequent of its "
-            "training text: train it on more text or with a larger --max-types, or use a sentencepiece model"
-        )
-    elif model.config.get("multilingual"):
-        hint = ""
-    else:
-        hint = "; for Arabic, Chinese, French, German, Russian, Spanish or Turkish use --load-file multilingual"
-    return (
-        f"warning: {100 * share:.1f}% of the sentences checked ({stats['unknown_checked']}) are mostly pieces this model "
-        f"does not know, so their vectors are close to one shared vector and their scores mean little{hint}"
-    )
-
-
-ENGLISH_ONLY = (
-    "the shipped English model reads English only: for other languages and translations use --load-file multilingual"
-)
-
-
-def english_only(path: str | os.PathLike | None) -> bool:
-    """Whether a model argument names the shipped English model (for a one-time hint on cross-lingual work)."""
-    return model_path(path) == DEFAULT_MODEL
-
-
-def model_path(path: str | os.PathLike | None) -> Path:
-    """The file a model argument names: a path, a shipped model's name ("default", "multilingual") when no
-    file of that name exists, or the English default for None."""
-    if path is None:
-        return DEFAULT_MODEL
-    if str(path) in SHIPPED and not Path(path).exists():
-        return SHIPPED[str(path)]
-    return Path(path)
 
 
 def from_checkpoint(state: dict, path: str | os.PathLike) -> Model:
@@ -893,7 +635,7 @@ def _general_from_native(state: dict, config: dict, table: torch.Tensor, path: P
     try:
         model.lstms.load_state_dict(state.get("lstm") or {})
     except RuntimeError as e:
-        raise ModelError(f"{path}: the LSTM weights do not fit the model ({_first_sentence(e)})") from None
+        raise ModelError(f"{path}: the LSTM weights do not fit the model ({first_sentence(e)})") from None
     return model
 
 

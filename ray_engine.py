@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from paraphrastic.fileio import Error, InputError, ModelError, decode_raw, iter_line_blocks, line_offsets, open_input
-from paraphrastic.models import load_model
+from paraphrastic.static import load_encoder
 
 LINES_PER_ITEM = 262_144  # lines of a plain text file in one work item
 PART_LINES = 65_536  # rows of one Parquet part
@@ -100,10 +100,7 @@ class Parts:
 
     def __init__(self, model: str | None, out: str, batch_size: int = 8192, strict: bool = False,
                  score: bool = False, skip_bad: bool = False, text_column: str = "text"):  # fmt: skip
-        import torch
-
-        torch.set_num_threads(1)
-        self.model, self.out = load_model(model), Path(out)
+        self.model, self.out = load_encoder(model), Path(out)
         self.batch_size, self.strict, self.score, self.skip_bad = batch_size, strict, score, skip_bad
         self.text_column = text_column
 
@@ -211,10 +208,7 @@ class Batches:
     """A Ray actor for embed_dataset: the model, loaded once; a `vector` column for each batch."""
 
     def __init__(self, model: str | None, column: str):
-        import torch
-
-        torch.set_num_threads(1)
-        self.model, self.column = load_model(model), column
+        self.model, self.column = load_encoder(model), column
 
     def __call__(self, batch: dict) -> dict:
         batch["vector"] = self.model.embed_here([str(t) for t in batch[self.column]])
@@ -225,7 +219,7 @@ def main_files(args, what: str, **parts) -> int:
     """paraphrastic-embed or -score --engine ray: plan the --input files, run them on the actors, say what was
     written. `parts`: what Parts takes beyond the model (score=True to score)."""
     files = input_files(args.input)
-    load_model(args.load_file)  # a bad model fails here, in one line, not in every actor
+    load_encoder(args.load_file)  # a bad model fails here, in one line, not in every actor
     out = output_folder(args.output_dir)
     cpus = start(args.address, args.threads)
     items = plan(files)

@@ -29,8 +29,8 @@ from paraphrastic.fileio import (
     run_cli,
     split_pair,
 )
-from paraphrastic.models import load_model, model_path, tally_unknown, unknown_warning, use_threads
-from paraphrastic.workers import Workers
+from paraphrastic.static import load_encoder, model_path, tally_unknown, unknown_warning, use_torch_for
+from paraphrastic.workers import Workers, threads, use_threads
 
 SHOWN = 10  # bad line numbers kept and shown; the rest are counted
 
@@ -96,7 +96,8 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
     stats: dict = {"invalid_utf8_lines": 0, "bad_lines": 0}
     blocks = iter_line_blocks(path, args.chunk_lines)
     jobs = ((path, first, blob, args.strict, args.skip_bad_lines, args.batch_size) for first, blob in blocks)
-    workers = None if model.device.type == "cpu" else 1
+    workers = threads() if model.on_cpu else 1
+    use_torch_for(-(-2 * total // workers))  # before the fork: imported once for every worker
     with Workers(model, workers) as pool, tqdm(total=total, unit=" pair", disable=args.quiet, file=sys.stderr) as bar:
         for text, lines, chunk_bad, chunk_empty, chunk_stats in pool.map(score_job, jobs):
             out.write(text)
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     use_threads(args.threads)
     open_input(args.sentence_pair_file)
     refuse_same_file(args.output_file, args.sentence_pair_file, model_path(args.load_file), args.sp_model)
-    model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
+    model = load_encoder(args.load_file, sp_model=args.sp_model, device=args.device)
     if args.output_file:
         remove_stale_temps(args.output_file)  # left by a killed run
     sink = atomic_output(args.output_file, "w") if args.output_file else contextlib.nullcontext(sys.stdout)

@@ -30,7 +30,8 @@ import torch
 from tqdm import tqdm
 
 from paraphrastic.fileio import InputError, atomic_path, cli_parser, iter_line_chunks, open_input, read_lines, run_cli
-from paraphrastic.models import ModelError, SPModel, Tokenizer, flatten, native_bf16, unit_rows
+from paraphrastic.models import ModelError, SPModel, Tokenizer, native_bf16
+from paraphrastic.static import flatten, unit_rows
 
 DEFAULT_TEACHER = "all-MiniLM-L6-v2"
 USE_TEACHER = "use-multilingual-v3"

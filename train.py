@@ -70,14 +70,14 @@ from paraphrastic.models import (
     Tokenizer,
     from_checkpoint,
     load_model,
-    model_path,
     native_bf16,
     read_sp_model,
     resolve_device,
     train_sentencepiece,
-    use_threads,
 )
 from paraphrastic.pairs import PairData, PairSampler, ShardSet, iter_pairs, shard_paths, take_bags, tokenize_pairs
+from paraphrastic.static import model_path
+from paraphrastic.workers import use_threads
 
 STATE_FORMAT = "paraphrastic-train-state"
 STATE_VERSION = 2

@@ -1,7 +1,7 @@
 """Worker processes that turn text into vectors: the one parallel path of every command and of `Model.encode`.
 
 Each worker is a forked copy of the calling process, so the model reaches it without pickling and its table is
-shared copy-on-write; it runs torch on one thread. The caller cuts its input into jobs, keeps at most two per
+shared copy-on-write; it runs on one thread (torch's too, when torch is loaded). The caller cuts its input into jobs, keeps at most two per
 worker in flight (memory stays bounded whatever the input size) and takes the results back in input order, so
 row i is still line i. With one worker the jobs run in the calling process itself: the same code, no fork.
 """
@@ -10,29 +10,72 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import os
 import signal
+import sys
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
-
-import torch
 
 from paraphrastic.fileio import Error
 
 IN_FLIGHT = 2  # jobs per worker submitted ahead: one running, one queued
 _model = None  # this worker's model, set when the worker starts
+_threads: int | None = None  # set by use_threads
 
 
 class WorkerError(Error):
     """A worker process died (killed, or out of memory): the run stops, and nothing is written in place."""
 
 
+def use_threads(threads: int | None = None) -> int:
+    """Set the threads of this run, the commands' --threads (worker processes; torch's CPU threads too, when
+    torch is loaded): `threads`, else the cores that other processes leave idle (at least 1). Spinning threads
+    on busy cores are many times slower than one thread."""
+    global _threads
+    if not threads:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        threads = max(1, min(cores, round(cores - busy_cores())))
+    _threads = threads
+    if torch := sys.modules.get("torch"):
+        torch.set_num_threads(threads)
+    return threads
+
+
+def threads() -> int:
+    """This process's threads: 1 in a worker; else torch's thread count when torch is loaded (use_threads sets
+    it), else what use_threads set, else the cores."""
+    if _model is not None:
+        return 1
+    if torch := sys.modules.get("torch"):
+        return torch.get_num_threads()
+    return _threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def busy_cores() -> float:
+    """Cores other processes keep busy: the 1-minute load average, but no more than the other tasks running
+    now, since the average lags (a job that ended a minute ago still counts in it)."""
+    load = os.getloadavg()[0]
+    running = running_tasks()
+    return load if running is None else min(load, running)
+
+
+def running_tasks() -> int | None:
+    """Runnable tasks other than this one, from /proc/loadavg (None where there is no such file)."""
+    try:
+        return max(0, int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]) - 1)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _start(model) -> None:
     global _model
     _model = model
-    torch.set_num_threads(1)
+    if torch := sys.modules.get("torch"):
+        torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle, once
 
 
@@ -41,12 +84,12 @@ def _run(fn: Callable, job: Any) -> Any:
 
 
 class Workers:
-    """A pool of `size` worker processes holding `model` (default: torch's thread count, which the commands set
-    with --threads); a context manager, reusable across calls until closed."""
+    """A pool of `size` worker processes holding `model` (default: `threads()`, which the commands set with
+    --threads); a context manager, reusable across calls until closed."""
 
     def __init__(self, model, size: int | None = None):
         self.model = model
-        self.size = max(1, size or torch.get_num_threads())
+        self.size = max(1, size or threads())
         self.pool: cf.ProcessPoolExecutor | None = None
         if self.size > 1:
             fork = multiprocessing.get_context("fork")  # the model reaches the workers without pickling

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from common import machine_header, sentence_sample, sp_model_50k
 
-from paraphrastic.models import SPModel, Tokenizer, flatten, load_model
+from paraphrastic.models import SPModel, Tokenizer, load_model
+from paraphrastic.static import flatten
 
 
 def median_seconds(fn, runs: int) -> float:

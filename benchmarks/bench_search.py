@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from paraphrastic import demo
-from paraphrastic.models import cpu_name, load_model, use_threads
+from paraphrastic.models import cpu_name, load_model
+from paraphrastic.workers import use_threads
 
 EN_TEXT = Path(os.environ.get("PARAPHRASTIC_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 EN_TEXT = EN_TEXT / "train" / "en_text"

@@ -26,7 +26,8 @@ from multilingual_text import spans
 from paraphrastic import knn
 from paraphrastic.evaluate import score_sts_file
 from paraphrastic.fileio import read_lines
-from paraphrastic.models import load_model, unit_rows
+from paraphrastic.models import load_model
+from paraphrastic.static import unit_rows
 from paraphrastic.teacher import DEFAULT_TEACHER, E5_TEACHER, USE_TEACHER, encode_cached, load_teacher
 
 

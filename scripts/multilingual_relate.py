@@ -15,7 +15,7 @@ import numpy as np
 from multilingual_text import spans  # a sibling script
 
 from paraphrastic.fileio import atomic_output, read_lines
-from paraphrastic.models import unit_rows
+from paraphrastic.static import unit_rows
 from paraphrastic.teacher import E5_TEACHER, USE_TEACHER, encode_cached, load_teacher, save_npy
 
 

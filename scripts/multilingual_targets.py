@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from paraphrastic.fileio import atomic_output, read_lines
-from paraphrastic.models import SPModel, Tokenizer, unit_rows
+from paraphrastic.models import SPModel, Tokenizer
+from paraphrastic.static import unit_rows
 from paraphrastic.teacher import (
     E5_TEACHER,
     USE_TEACHER,

@@ -13,7 +13,8 @@ import numpy as np
 from scipy.stats import pearsonr
 
 from paraphrastic.fileio import read_lines
-from paraphrastic.models import cosine, load_model
+from paraphrastic.models import load_model
+from paraphrastic.static import cosine
 from paraphrastic.teacher import encode_teachers, load_teacher
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from scipy.stats import pearsonr
 
 from paraphrastic.evaluate import Pairs, read_sts_pairs
-from paraphrastic.models import unit_rows
+from paraphrastic.static import unit_rows
 from paraphrastic.teacher import encode_teachers, load_teacher
 
 # The STS Benchmark dev set's three parts, in file order (lines 1-625, 626-1000, 1001-1500; scripts/dev_parts.py).

@@ -6,12 +6,12 @@ import pytest
 from conftest import stated_figure
 from dev_parts import dev_figures
 
-from paraphrastic import evaluate, models
+from paraphrastic import evaluate, models, static
 
 
 def test_default_model_is_shipped_small_and_loads_without_a_path():
-    assert models.DEFAULT_MODEL.exists(), "data/models/default.pt is the shipped default model"
-    assert models.DEFAULT_MODEL.stat().st_size <= 25 * 2**20
+    assert static.DEFAULT_MODEL.exists(), "data/models/default.pt is the shipped default model"
+    assert static.DEFAULT_MODEL.stat().st_size <= 25 * 2**20
     model = models.load_model()
     assert model.embed_raw_text(["A man is playing a guitar."]).shape == (1, model.dim)
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import generated_sentences, need
 
-from paraphrastic import demo, mine_bitext, models
+from paraphrastic import demo, mine_bitext, models, static
 from paraphrastic.fileio import InputError
 
 SENTENCES = [
@@ -387,4 +387,4 @@ def test_the_matching_view_opens_with_an_example_and_hints_at_the_multilingual_m
     assert len(first) == len(second) >= 2
     rows = demo.match_lists(demo.get_model("default"), "\n".join(first), "\n".join(second))
     assert len(rows) == len(first)
-    assert "multilingual" in models.ENGLISH_ONLY and models.english_only("default")
+    assert "multilingual" in static.ENGLISH_ONLY and static.english_only("default")

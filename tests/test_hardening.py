@@ -27,7 +27,7 @@ from conftest import ROOT, generated_sentences, sp_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from paraphrastic import embed_sentences, evaluate, fileio, models, score_sentence_pairs, shards, train
+from paraphrastic import embed_sentences, evaluate, fileio, models, score_sentence_pairs, shards, static, train
 from paraphrastic.pairs import tokenize_pairs
 
 PROPERTY = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -409,8 +409,8 @@ def test_structurally_wrong_checkpoints_are_refused(tiny_model, tmp_path):
         "piece rows out of range": good | {"piece_rows": torch.full((len(tiny_model.tokenizer),), 10**6), "unk_row": 0},
         "unk row out of range": good | {"piece_rows": torch.zeros(len(tiny_model.tokenizer), dtype=torch.long), "unk_row": -5},
         "legacy without embedding": {"state_dict": {}, "vocab": {models.LEGACY_UNK: 0}},
-        "int8 without row scales": good | {"format_version": models.INT8_VERSION, "embedding": good["embedding"].to(torch.int8)},
-        "int8 scales mismatch": good | {"format_version": models.INT8_VERSION, "embedding": good["embedding"].to(torch.int8),
+        "int8 without row scales": good | {"format_version": static.INT8_VERSION, "embedding": good["embedding"].to(torch.int8)},
+        "int8 scales mismatch": good | {"format_version": static.INT8_VERSION, "embedding": good["embedding"].to(torch.int8),
                                         "embedding_scale": torch.ones(3, 1)},
     }  # fmt: skip
     sp = tmp_path / "sp.model"

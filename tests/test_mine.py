@@ -14,7 +14,7 @@ from conftest import ROOT, generated_sentences, need
 
 from paraphrastic import knn, mine_bitext
 from paraphrastic.mine_bitext import Side, margin, mine, nearest_keys, neighbourhood, one_to_one, parse_args
-from paraphrastic.models import DEFAULT_MODEL
+from paraphrastic.static import DEFAULT_MODEL
 
 
 def needs_faiss():

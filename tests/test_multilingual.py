@@ -11,7 +11,7 @@ import torch
 from conftest import ROOT, generated_sentences, stated_figure
 from multilingual_targets import mix_teachers
 
-from paraphrastic import evaluate, models, train
+from paraphrastic import evaluate, models, static, train
 
 # A made-up second language for the fixture: every Latin letter written as a Cyrillic one, so that the two
 # sides share no piece and only distillation can bring a sentence and its "translation" together.
@@ -33,7 +33,7 @@ def test_distillation_pulls_a_foreign_side_toward_its_english_target(tmp_path):
 
     def foreign_cosine(model_file):
         vectors = models.load_model(model_file).embed_raw_text(foreign)
-        return float(models.cosine(vectors, targets).mean())
+        return float(static.cosine(vectors, targets).mean())
 
     args = ["--train-file", tmp_path / "pairs.tsv", "--output-dir", tmp_path / "run", "--init-from"]
     args += [tmp_path / "init.pt", "--distill", tmp_path / "text.txt", tmp_path / "targets.npy"]
@@ -47,7 +47,7 @@ def test_distillation_pulls_a_foreign_side_toward_its_english_target(tmp_path):
 
 def test_a_second_teacher_is_mapped_into_the_first_ones_space_before_mixing():
     rng = np.random.default_rng(0)
-    use = models.unit_rows(rng.standard_normal((400, 16)).astype(np.float32))
+    use = static.unit_rows(rng.standard_normal((400, 16)).astype(np.float32))
     image = use @ rng.standard_normal((16, 24)) + 3.0  # a second teacher that is an affine image of the first
     for weight in (0.5, 1.0):  # the map undoes it, so any mix is the first teacher's own vectors
         np.testing.assert_allclose(mix_teachers(use, image, weight), use, atol=1e-4)
@@ -62,7 +62,7 @@ def multilingual():
 
 
 def test_the_multilingual_model_loads_by_name_and_reads_raw_chinese(multilingual):
-    assert multilingual.config["multilingual"] and models.model_path("multilingual").name == "multilingual.pt"
+    assert multilingual.config["multilingual"] and static.model_path("multilingual").name == "multilingual.pt"
     chinese = ["今天天气很好，我们去公园散步吧。", "他在北京大学学习计算机科学。"]
     ids = multilingual.tokenizer.encode(chinese)
     assert all(len(row) >= 4 and multilingual.tokenizer.unk_id not in row for row in ids)

@@ -16,7 +16,7 @@ import torch
 from conftest import generated_sentences
 from test_hardening import assert_one_line_error, run_main, train_args
 
-from paraphrastic import embed_sentences, fileio, models, score_sentence_pairs, train
+from paraphrastic import embed_sentences, fileio, models, score_sentence_pairs, static, train
 
 
 @pytest.fixture
@@ -33,8 +33,8 @@ def test_1_the_default_model_is_never_an_output(tiny_model_file, text_file, tmp_
     shipped = tmp_path / "installed" / "default.pt"  # stands in for the installed data/models/default.pt
     shipped.parent.mkdir()
     shutil.copy(tiny_model_file, shipped)
-    monkeypatch.setattr(models, "DEFAULT_MODEL", shipped)
-    monkeypatch.setitem(models.SHIPPED, "default", shipped)
+    monkeypatch.setattr(static, "DEFAULT_MODEL", shipped)
+    monkeypatch.setitem(static.SHIPPED, "default", shipped)
     before = shipped.read_bytes()
     done = run_main(embed_sentences, capsys, "--sentence-file", text_file, "--output-file", shipped)  # no --load-file
     assert_one_line_error(done, f"{shipped}: is also an input of this run")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, generated_sentences
 
-from paraphrastic import embed_sentences, score_sentence_pairs
+from paraphrastic import embed_sentences, score_sentence_pairs, static
 from paraphrastic.models import load_model
 
 
@@ -140,13 +140,13 @@ def test_encode_and_similarity_are_the_sentence_transformers_names(tiny_model_fi
 def test_idle_cores_set_the_default_thread_count(monkeypatch):
     import torch
 
-    from paraphrastic import models
-    from paraphrastic.models import use_threads
+    from paraphrastic import workers
+    from paraphrastic.workers import use_threads
 
     before = torch.get_num_threads()
     try:
         monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
-        monkeypatch.setattr(models, "running_tasks", lambda: 3)
+        monkeypatch.setattr(workers, "running_tasks", lambda: 3)
         monkeypatch.setattr("os.getloadavg", lambda: (2.6, 0.0, 0.0))
         assert use_threads() == 1 and torch.get_num_threads() == 1
         monkeypatch.setattr("os.getloadavg", lambda: (9.0, 0.0, 0.0))
@@ -155,9 +155,9 @@ def test_idle_cores_set_the_default_thread_count(monkeypatch):
         assert use_threads() == 4
         assert use_threads(3) == 3
         monkeypatch.setattr("os.getloadavg", lambda: (1.9, 0.0, 0.0))  # a job that has just ended
-        monkeypatch.setattr(models, "running_tasks", lambda: 0)
+        monkeypatch.setattr(workers, "running_tasks", lambda: 0)
         assert use_threads() == 4
-        monkeypatch.setattr(models, "running_tasks", lambda: None)  # no /proc: the average alone
+        monkeypatch.setattr(workers, "running_tasks", lambda: None)  # no /proc: the average alone
         assert use_threads() == 2
     finally:
         torch.set_num_threads(before)
@@ -216,8 +216,8 @@ def test_the_unknown_text_warning_fits_the_model(sp_bytes):
     tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
     english = models.SPModel(tokenizer, torch.zeros(len(tokenizer), 4))
     stats = {"mostly_unknown": 3, "unknown_checked": 10}
-    assert "use --load-file multilingual" in models.unknown_warning(english, stats)
+    assert "use --load-file multilingual" in static.unknown_warning(english, stats)
     words = encoders.WordTokenizer(["<unk>", "a", "man"], lowercase=True)
     word_model = models.Model([words], ["mean"], torch.zeros(len(words), 4))
-    note = models.unknown_warning(word_model, stats)
+    note = static.unknown_warning(word_model, stats)
     assert "multilingual" not in note and "--max-types" in note

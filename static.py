@@ -1,0 +1,481 @@
+"""Text to vectors without torch: the tokenizer, the pooling, the embedding API, and our SP checkpoints read as a
+numpy table (`StaticModel`, `load_encoder`).
+
+Importing torch takes about a second, several times the rest of a small job (the example's six lines take a
+third of a second without it). A StaticModel pools with scipy's sparse product until a process has pooled enough
+text to repay torch's import, then with torch's embedding_bag, about three times faster; both sum a bag's rows in
+order and divide by its length, so the vectors are the torch Model's bit for bit. models.py's torch `Model` shares
+the tokenizer and the API below; training, GPUs and the other encoders need it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import contextlib
+import itertools
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import zipfile
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+from paraphrastic import workers
+from paraphrastic.fileio import ModelError, write_npy_rows
+from paraphrastic.workers import Workers
+
+FORMAT = "paraphrastic-sp"
+FORMAT_VERSION = 1
+INT8_VERSION = 2  # a table stored as int8 rows with row scales; earlier readers refuse it by version, not as corrupt
+DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
+SHIPPED = {"default": DEFAULT_MODEL, "multilingual": DEFAULT_MODEL.with_name("multilingual.pt")}
+PARALLEL_MIN = 20_000  # texts from which embed_raw_text starts worker processes: fewer take well under a second
+JOB_TEXTS = 8192  # texts in one worker's job
+TORCH_FROM = 600_000  # texts a process pools before torch's faster kernel has repaid its import
+ENGLISH_ONLY = (
+    "the shipped English model reads English only: for other languages and translations use --load-file multilingual"
+)
+
+
+def cased(texts: Sequence[str], lowercase: bool) -> list[str]:
+    """The texts lowercased when the model lowercases, as a list (every tokenizer, SP's included)."""
+    return list(map(str.lower, texts)) if lowercase else list(texts)
+
+
+class Tokenizer:
+    """Sentencepiece plus the model's lowercasing; turns a batch of texts into flat ids + offsets."""
+
+    kind = "sp"
+
+    def __init__(self, sp_model: bytes, lowercase: bool, source: str | os.PathLike | None = None):
+        self.sp_model = sp_model
+        self.lowercase = lowercase
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            self.sp.LoadFromSerializedProto(sp_model)
+        except (RuntimeError, OSError, TypeError) as e:
+            where = f"{source}: " if source is not None else ""
+            reason = first_sentence(e).removeprefix("INTERNAL: ")
+            reason = "it does not parse" if "ParseFromArray" in reason else reason
+            raise ModelError(f"{where}not a valid sentencepiece model, truncated or corrupt ({reason})") from None
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    @property
+    def unk_id(self) -> int:
+        return self.sp.unk_id()
+
+    def encode(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
+        """Piece ids of each text (lowercased first when the model was trained lowercased)."""
+        return self.sp.encode(cased(texts, self.lowercase), num_threads=num_threads)
+
+    def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids, per-text lengths) of a batch."""
+        return flatten(self.encode(texts, num_threads))
+
+
+def flatten(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate per-text id lists into (flat ids, per-text lengths), both int64."""
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+    return flat, lengths
+
+
+def offsets_of(lengths: np.ndarray) -> np.ndarray:
+    """Start offset of each bag from its length."""
+    offsets = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    return offsets
+
+
+def fill_empty(flat: np.ndarray, lengths: np.ndarray, unk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Give every empty bag the single id `unk`, so that no sentence pools over nothing."""
+    empty = np.flatnonzero(lengths == 0)
+    if len(empty):
+        flat = np.insert(flat, offsets_of(lengths)[empty], unk)
+        lengths = lengths.copy()
+        lengths[empty] = 1
+    return flat, lengths
+
+
+def sp_rows(flat: np.ndarray, lengths: np.ndarray, piece_rows: np.ndarray | None, unk_row: int):
+    """An SP model's table rows of (piece ids, lengths): pieces mapped by `piece_rows` (-1: dropped; None: a row
+    per piece), and the unknown row for a text left with none."""
+    if piece_rows is not None:
+        rows = piece_rows[flat]
+        keep = rows >= 0
+        owner = np.repeat(np.arange(len(lengths)), lengths)
+        flat = rows[keep]
+        lengths = np.bincount(owner[keep], minlength=len(lengths)).astype(np.int64)
+    return fill_empty(flat, lengths, unk_row)
+
+
+def mean_rows(table: np.ndarray, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The mean of each bag's rows of `table`, float32 (len(lengths), dim): the rows summed in order and divided
+    by their count, as torch's embedding_bag computes it. With torch loaded its kernel runs; else scipy's."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        bags = torch.from_numpy(flat), torch.from_numpy(offsets_of(lengths))
+        return torch.nn.functional.embedding_bag(bags[0], torch.from_numpy(table), bags[1], mode="mean").numpy()
+    from scipy.sparse import csr_array
+
+    if not len(lengths):
+        return np.zeros((0, table.shape[1]), np.float32)
+    ends = np.concatenate([[0], np.cumsum(lengths)])
+    bags = csr_array((np.ones(len(flat), np.float32), flat, ends), shape=(len(lengths), len(table)))
+    return (bags @ table) / lengths[:, None].astype(np.float32)
+
+
+def use_torch_for(texts: int) -> None:
+    """Import torch when this process will pool `texts` or more: its kernel then repays the import."""
+    if texts >= TORCH_FROM and "torch" not in sys.modules:
+        threads = workers.threads()
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Each row scaled to length 1 (a zero row stays zero)."""
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine of two (N, dim) arrays; a zero vector scores 0."""
+    num = np.einsum("ij,ij->i", a, b, dtype=np.float64)
+    den = np.linalg.norm(a, axis=1).astype(np.float64) * np.linalg.norm(b, axis=1)
+    return np.clip(np.divide(num, den, out=np.zeros_like(num), where=den > 0), -1.0, 1.0)
+
+
+class Encoding:
+    """The embedding API every model offers (`encode`, `embed_raw_text`, `score_raw_text`, `similarity`, pools of
+    worker processes), over its own `embed_here`, `token_ids`, `embed_tokens`, `dim` and `on_cpu`."""
+
+    def embed_raw_text(self, texts: Sequence[str], batch_size: int = 8192, pool: Workers | None = None) -> np.ndarray:
+        """Embed raw sentences: a float32 array (len(texts), dim), one row per text, in order. Inputs of
+        PARALLEL_MIN texts or more go to worker processes, one per thread (`use_threads`; `pool`: a kept pool,
+        for any size, see `start_multi_process_pool`); the rows are the same bit for bit."""
+        if isinstance(texts, str):
+            raise TypeError("embed_raw_text takes a list of sentences, not a single string (encode takes either)")
+        if not len(texts) or (pool is None and (len(texts) < PARALLEL_MIN or workers.threads() == 1)):
+            return self.embed_here(texts, batch_size)
+        with contextlib.nullcontext(pool) if pool is not None else Workers(self) as team:
+            if team.size == 1:
+                return self.embed_here(texts, batch_size)
+            step = max(1, min(JOB_TEXTS, -(-len(texts) // team.size)))
+            if not self.on_cpu:  # CPU workers tokenize, the device pools
+                jobs = ((texts[i : i + step], batch_size) for i in range(0, len(texts), step))
+                parts = [self.embed_tokens(*tokens) for tokens in team.map(_tokens_job, jobs)]
+                return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
+            use_torch_for(len(texts) // team.size)  # before the fork: imported once for every worker
+            with shared_rows(len(texts), self.dim) as (path, out):  # the workers write their rows in place
+                jobs = ((texts[i : i + step], batch_size, path, i) for i in range(0, len(texts), step))
+                for _ in team.map(_embed_job, jobs):
+                    pass
+        return out
+
+    def encode(self, texts: str | Sequence[str], batch_size: int = 8192, pool: Workers | None = None) -> np.ndarray:
+        """sentence-transformers' name for `embed_raw_text`; a single string gives a 1-D vector."""
+        if isinstance(texts, str):
+            return self.embed_raw_text([texts], batch_size, pool)[0]
+        return self.embed_raw_text(texts, batch_size, pool)
+
+    def start_multi_process_pool(self, workers: int | None = None) -> Workers:
+        """Worker processes to keep across `encode(..., pool=pool)` calls (default: one per thread); close with
+        `pool.close()`, `stop_multi_process_pool(pool)`, or use it in a `with` block."""
+        return Workers(self, workers)
+
+    @staticmethod
+    def stop_multi_process_pool(pool: Workers) -> None:
+        pool.close()
+
+    def score_raw_text(
+        self, pairs: Sequence[tuple[str, str]], batch_size: int = 8192, pool: Workers | None = None
+    ) -> list[float]:
+        """Cosine similarity of each (sentence1, sentence2) pair, in order; NaN where a side is empty or
+        blank (there is no text to compare, and the unknown-token vector of both would score 1)."""
+        if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
+            raise TypeError("score_raw_text takes a list of (sentence1, sentence2) pairs; for one pair pass [(a, b)]")
+        if any(isinstance(p, str) or len(p) != 2 for p in pairs):
+            raise TypeError("score_raw_text takes a list of (sentence1, sentence2) pairs, each two strings")
+        both = self.embed_raw_text([p[0] for p in pairs] + [p[1] for p in pairs], batch_size, pool)
+        blank = np.array([not (a.strip() and b.strip()) for a, b in pairs], dtype=bool)
+        return np.where(blank, np.nan, cosine(both[: len(pairs)], both[len(pairs) :])).tolist()
+
+    def mostly_unknown(self, texts: Sequence[str]) -> np.ndarray:
+        """Per text: are more than half of its pieces (a bare word-start mark aside) unknown to the model?
+        Such a text embeds as nearly the unknown piece's vector, so any two of them score near 1."""
+        tokenizer = self.tokenizers[0]
+        flat, lengths = tokenizer.encode_flat(texts)
+        owner = np.repeat(np.arange(len(texts)), lengths)
+        space = tokenizer.sp.piece_to_id("\u2581") if tokenizer.kind == "sp" else -1
+        if tokenizer.kind == "sp" and tokenizer.sp.id_to_piece(space) != "\u2581":
+            space = -1
+        content = np.bincount(owner, weights=flat != space, minlength=len(texts))
+        unknown = np.bincount(owner, weights=flat == tokenizer.unk_id, minlength=len(texts))
+        return unknown * 2 > content
+
+    def similarity(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> np.ndarray:
+        """Cosine of every row of `a` with every row of `b`, (len(a), len(b)), as sentence-transformers'
+        `similarity`: each side is a list of sentences or an array of vectors from `encode`."""
+        a, b = (np.asarray(x) if is_vectors(x) else self.encode(x) for x in (a, b))
+        return unit_rows(a) @ unit_rows(b).T
+
+
+def is_vectors(x) -> bool:
+    """Whether `x` is an array of vectors (numpy's, or torch's when torch is loaded), not sentences."""
+    torch = sys.modules.get("torch")
+    return isinstance(x, np.ndarray) or (torch is not None and isinstance(x, torch.Tensor))
+
+
+def _embed_job(model: Encoding, job: tuple[Sequence[str], int, Path, int]) -> None:
+    texts, batch_size, path, row = job
+    write_npy_rows(path, row, model.embed_here(texts, batch_size))
+
+
+def _tokens_job(model: Encoding, job: tuple[Sequence[str], int]) -> tuple[np.ndarray, np.ndarray]:
+    return model.token_ids(job[0])
+
+
+@contextlib.contextmanager
+def shared_rows(rows: int, dim: int) -> Iterator[tuple[Path, np.ndarray]]:
+    """A float32 .npy of (rows, dim) that worker processes fill by name, and the caller's array over it: in
+    /dev/shm where it has room, else in the temporary folder; its name is gone after the block, its rows stay."""
+    size = rows * dim * 4 + 4096
+    shm = Path("/dev/shm")
+    room = shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * size
+    fd, name = tempfile.mkstemp(prefix="paraphrastic-rows.", suffix=".npy", dir=shm if room else None)
+    os.close(fd)
+    try:
+        out = np.lib.format.open_memmap(name, mode="w+", dtype=np.float32, shape=(rows, dim))
+        yield Path(name), np.asarray(out)
+    finally:
+        os.unlink(name)
+
+
+class StaticModel(Encoding):
+    """An SP model as a numpy table (`load_encoder`): a text's vector is the mean of its pieces' rows, the same
+    bits as the torch SPModel's. `piece_rows` maps piece ids to rows (-1: dropped; None: one row per piece)."""
+
+    kind = "sp"
+    on_cpu = True
+
+    def __init__(self, tokenizer: Tokenizer, table: np.ndarray, config: dict, piece_rows=None, unk_row=None):
+        self.tokenizer, self.tokenizers, self.table, self.config = tokenizer, [tokenizer], table, config
+        self.piece_rows, self.unk_row = piece_rows, tokenizer.unk_id if unk_row is None else unk_row
+        self.pooled = 0  # texts this process has pooled, for use_torch_for
+
+    @property
+    def dim(self) -> int:
+        return self.table.shape[1]
+
+    def __repr__(self) -> str:
+        return f"StaticModel(rows={len(self.table)}, dim={self.dim}, lowercase={self.tokenizer.lowercase})"
+
+    def token_ids(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        return self.tokenizer.encode_flat(texts, num_threads)
+
+    def embed_tokens(self, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The vectors of texts already tokenized by `token_ids`."""
+        self.pooled += len(lengths)
+        use_torch_for(self.pooled)  # a long stream (a Ray actor, many encode calls) switches to torch's kernel
+        return mean_rows(self.table, *sp_rows(flat, lengths, self.piece_rows, self.unk_row))
+
+    def embed_here(self, texts: Sequence[str], batch_size: int = 8192) -> np.ndarray:
+        """Embed in this process, `batch_size` texts at a time: float32 (len(texts), dim), one row per text."""
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(texts), batch_size):
+            batch = texts[start : start + batch_size]
+            out[start : start + len(batch)] = self.embed_tokens(*self.token_ids(batch, workers.threads()))
+        return out
+
+
+def model_path(path: str | os.PathLike | None) -> Path:
+    """The file a model argument names: a path, a shipped model's name ("default", "multilingual") when no
+    file of that name exists, or the English default for None."""
+    if path is None:
+        return DEFAULT_MODEL
+    if str(path) in SHIPPED and not Path(path).exists():
+        return SHIPPED[str(path)]
+    return Path(path)
+
+
+def english_only(path: str | os.PathLike | None) -> bool:
+    """Whether a model argument names the shipped English model (for a one-time hint on cross-lingual work)."""
+    return model_path(path) == DEFAULT_MODEL
+
+
+def load_encoder(path: str | os.PathLike | None = None, sp_model=None, device: str | None = None) -> Encoding:
+    """The model to embed with: a StaticModel where it can be one (our SP checkpoint, on the CPU), read without
+    torch; anything else (other layouts, other encoders, a GPU, a damaged file) through models.load_model."""
+    if sp_model is None and device in (None, "cpu"):
+        state = read_checkpoint(model_path(path))
+        with contextlib.suppress(ModelError):  # the torch loader reads it again and names the fault
+            if state is not None and (model := static_from_checkpoint(state, model_path(path))) is not None:
+                return model
+    from paraphrastic.models import load_model
+
+    return load_model(path, sp_model=sp_model, device=device)
+
+
+STORAGES = {"FloatStorage": np.float32, "HalfStorage": np.float16, "BFloat16Storage": np.uint16,
+            "CharStorage": np.int8, "LongStorage": np.int64, "IntStorage": np.int32}  # fmt: skip
+TENSOR_KEYS = ("embedding", "embedding_scale", "piece_rows")
+
+
+def _tensor(storage: np.ndarray, offset: int, size: tuple, stride: tuple, *_) -> np.ndarray:
+    """torch._utils._rebuild_tensor_v2 for a contiguous tensor, as a numpy array over its storage."""
+    count = int(np.prod(size)) if size else 1
+    if offset < 0 or offset + count > len(storage) or tuple(stride) != tuple(contiguous_strides(size)):
+        raise ValueError("not a contiguous tensor within its storage")
+    return storage[offset : offset + count].reshape(size)
+
+
+def contiguous_strides(size: tuple) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(size):
+        strides.insert(0, step)
+        step *= n
+    return strides
+
+
+class _Unpickler(pickle.Unpickler):
+    """Our checkpoint's pickle with tensors as numpy arrays; any other class stops it (nothing is run)."""
+
+    def __init__(self, file, archive: zipfile.ZipFile, prefix: str):
+        super().__init__(file)
+        self.archive, self.prefix = archive, prefix
+
+    def find_class(self, module: str, name: str):
+        allowed = {("torch._utils", "_rebuild_tensor_v2"): _tensor, ("_codecs", "encode"): codecs.encode,
+                   ("collections", "OrderedDict"): OrderedDict}  # fmt: skip
+        if module == "torch" and name in STORAGES:
+            return np.dtype(STORAGES[name])
+        if (module, name) not in allowed:
+            raise pickle.UnpicklingError(f"{module}.{name}")
+        return allowed[module, name]
+
+    def persistent_load(self, pid):
+        kind, dtype, key, _, count = pid
+        if kind != "storage" or not isinstance(dtype, np.dtype):
+            raise pickle.UnpicklingError("not a tensor storage")
+        info = self.archive.getinfo(f"{self.prefix}/data/{key}")
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != count * dtype.itemsize:
+            raise pickle.UnpicklingError("a storage of another size")
+        out = np.empty(count, dtype)
+        with self.archive.open(info) as f:
+            f.readinto(memoryview(out).cast("B"))
+        return out
+
+
+def read_checkpoint(path: Path) -> dict | None:
+    """Our SP checkpoint's contents, tensors as numpy arrays, read without torch; None for any other file (a
+    legacy or general model, a folder, a damaged or foreign file: models.load_model reads it or says why not)."""
+    if not path.is_file():  # a pipe or device is never opened here (reading it would wait or consume it)
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+            if len(pickles) != 1 or archive.getinfo(pickles[0]).file_size > 256 << 20:
+                return None
+            with archive.open(pickles[0]) as f:
+                state = _Unpickler(f, archive, pickles[0].rsplit("/", 1)[0]).load()
+    except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError, TypeError, KeyError, EOFError):
+        return None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        return None
+    return state
+
+
+def static_from_checkpoint(state: dict, path: Path) -> StaticModel | None:
+    """A StaticModel from `read_checkpoint`'s contents; None for a model that is not SP alone. ModelError for a
+    damaged one, which the caller leaves to the torch loader to describe."""
+    config = state.get("config")
+    if not isinstance(config, dict) or config.get("encoder", "sp") != "sp" or "parts" in config:
+        return None
+    check_small(config, path, "config")
+    if state.get("format_version") not in (FORMAT_VERSION, INT8_VERSION) or not isinstance(
+        state.get("sp_model"), bytes
+    ):
+        raise ModelError(f"{path}: damaged")
+    table, scale = state.get("embedding"), state.get("embedding_scale")
+    if state["format_version"] == INT8_VERSION:
+        if not (isinstance(table, np.ndarray) and table.dtype == np.int8 and table.ndim == 2):
+            raise ModelError(f"{path}: damaged")
+        if not (isinstance(scale, np.ndarray) and scale.dtype == np.uint16 and scale.shape == (len(table), 1)):
+            raise ModelError(f"{path}: damaged")
+        table = table.astype(np.float32)
+        table *= (scale.astype(np.uint32) << 16).view(np.float32)  # bfloat16 scales, widened exactly
+    ok = isinstance(table, np.ndarray) and table.ndim == 2 and table.dtype in (np.float32, np.float16)
+    if not ok or 0 in table.shape or not np.isfinite(table).all() or not isinstance(config.get("lowercase"), bool):
+        raise ModelError(f"{path}: damaged")
+    tokenizer = Tokenizer(state["sp_model"], config["lowercase"], source=path)
+    rows, unk = state.get("piece_rows"), state.get("unk_row")
+    if rows is None and len(table) != len(tokenizer):
+        raise ModelError(f"{path}: damaged")
+    if rows is not None:
+        fits = rows.ndim == 1 and len(rows) == len(tokenizer) and rows.dtype.kind == "i" and isinstance(unk, int)
+        if not fits or (len(rows) and not (-1 <= rows.min() and rows.max() < len(table))) or not 0 <= unk < len(table):
+            raise ModelError(f"{path}: damaged")
+        rows = rows.astype(np.int64)
+    return StaticModel(
+        tokenizer, np.ascontiguousarray(table, np.float32), config, rows, unk if rows is not None else None
+    )
+
+
+def check_small(value, path: Path, key: str, budget: int = 100_000, depth: int = 32) -> None:
+    """Refuse a config too large or deep to be one (nested or shared so that walking it never ends, a
+    "billion laughs"): it is walked once with a budget of nodes and a depth limit."""
+    stack, seen = [(value, 0)], 0
+    while stack:
+        item, level = stack.pop()
+        seen += 1
+        if seen > budget or level > depth:
+            raise ModelError(f"{path}: its {key} is nested or repeated beyond any real config (the file is corrupt)")
+        if isinstance(item, argparse.Namespace):
+            item = vars(item)
+        if isinstance(item, dict):
+            stack += [(v, level + 1) for v in item.values()]
+        elif isinstance(item, list | tuple):
+            stack += [(v, level + 1) for v in item]
+
+
+def first_sentence(error: Exception) -> str:
+    text = str(error).strip().splitlines()[0].strip() if str(error).strip() else type(error).__name__
+    return text.split(". ")[0].rstrip(".")
+
+
+def tally_unknown(model: Encoding, lines: Sequence[str], stats: dict, sample: int = 2048) -> None:
+    """Count, in `stats`, how many of about `sample` evenly spread lines are mostly unknown pieces (a check
+    cheap enough for every chunk of a long file)."""
+    checked = lines[:: max(1, len(lines) // sample)]
+    stats["unknown_checked"] = stats.get("unknown_checked", 0) + len(checked)
+    stats["mostly_unknown"] = stats.get("mostly_unknown", 0) + int(model.mostly_unknown(checked).sum())
+
+
+def unknown_warning(model: Encoding, stats: dict) -> str | None:
+    """The run's one warning about lines the model cannot read (another script or language), or None."""
+    share = stats.get("mostly_unknown", 0) / max(stats.get("unknown_checked", 0), 1)
+    if not share:
+        return None
+    if model.tokenizers[0].kind != "sp":  # a vocabulary counted on the training text: its gaps are not languages
+        hint = (
+            f"; this model's {model.tokenizers[0].kind}s are the {len(model.tokenizers[0]):,} most frequent of its "
+            "training text: train it on more text or with a larger --max-types, or use a sentencepiece model"
+        )
+    elif model.config.get("multilingual"):
+        hint = ""
+    else:
+        hint = "; for Arabic, Chinese, French, German, Russian, Spanish or Turkish use --load-file multilingual"
+    return (
+        f"warning: {100 * share:.1f}% of the sentences checked ({stats['unknown_checked']}) are mostly pieces this model "
+        f"does not know, so their vectors are close to one shared vector and their scores mean little{hint}"
+    )

@@ -1,0 +1,117 @@
+"""The torch-free path (static.py): the same vectors as the torch model, bit for bit, whichever kernel pools, and
+commands that only embed a few lines never import torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from conftest import generated_sentences
+
+from paraphrastic import models, static
+from paraphrastic.fileio import ModelError
+
+AWKWARD = ["", "   ", "\ufffd", "Ünïcödé and ÇAPS", "x" * 3000, "a\tb"]
+
+
+def run_without_torch(code: str) -> str:
+    """Run `code` in a fresh Python where importing torch fails, so that no path can use it unseen."""
+    guard = "import sys; sys.modules['torch'] = None\n"
+    result = subprocess.run([sys.executable, "-c", guard + textwrap.dedent(code)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16", "int8"])
+def test_static_model_gives_the_torch_models_bits_with_either_kernel(tiny_model, tmp_path, precision):
+    path = tmp_path / "m.pt"
+    tiny_model.save(path, precision=precision)
+    texts = generated_sentences(3000, seed=5) + AWKWARD
+    expected = models.load_model(path).embed_here(texts, batch_size=500)
+    encoder = static.load_encoder(path)
+    assert isinstance(encoder, static.StaticModel)
+    assert encoder.embed_here(texts, batch_size=500).tobytes() == expected.tobytes()  # torch's kernel (loaded)
+    np.save(tmp_path / "texts.npy", np.array(texts, dtype=object), allow_pickle=True)
+    run_without_torch(f"""
+        import numpy as np
+        from paraphrastic import static
+        texts = np.load({str(tmp_path / "texts.npy")!r}, allow_pickle=True).tolist()
+        np.save({str(tmp_path / "rows.npy")!r}, static.load_encoder({str(path)!r}).embed_here(texts, batch_size=500))
+    """)
+    assert np.load(tmp_path / "rows.npy").tobytes() == expected.tobytes()  # scipy's kernel
+
+
+def test_static_model_reads_piece_row_maps_as_the_torch_model(sp_bytes, tmp_path):
+    tokenizer = models.Tokenizer(sp_bytes, lowercase=False)
+    rows = np.arange(len(tokenizer)) % 50 - 1  # some pieces dropped, several sharing a row
+    model = models.SPModel(tokenizer, torch.randn(50, 8), piece_rows=rows, unk_row=7)
+    model.save(tmp_path / "legacy.pt")
+    texts = generated_sentences(200, seed=9) + AWKWARD
+    encoder = static.load_encoder(tmp_path / "legacy.pt")
+    assert isinstance(encoder, static.StaticModel)
+    assert encoder.embed_here(texts).tobytes() == model.embed_here(texts).tobytes()
+
+
+def test_mean_rows_kernels_agree_bit_for_bit(monkeypatch):
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((5000, 300)).astype(np.float32)
+    lengths = rng.integers(1, 80, 4000)
+    flat = rng.integers(0, len(table), lengths.sum())
+    with_torch = static.mean_rows(table, flat, lengths)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert static.mean_rows(table, flat, lengths).tobytes() == with_torch.tobytes()
+    assert static.mean_rows(table, flat[:0], lengths[:0]).shape == (0, 300)
+
+
+def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tiny_model_file, tmp_path):
+    lines = tmp_path / "six.txt"
+    lines.write_bytes(b"A man plays a guitar.\n\nSomeone plays music.\n\xff bad byte\nlast line without newline")
+    (tmp_path / "pairs.tsv").write_text("a man\ta guy\nthe dog\tthe cat\n")
+    out = run_without_torch(f"""
+        import sys
+        from paraphrastic import embed_sentences, score_sentence_pairs, static
+        embed_sentences.main(["--sentence-file", {str(lines)!r}, "--output-file", {str(tmp_path / "v.npy")!r},
+                              "--load-file", {str(tiny_model_file)!r}, "--quiet"])
+        score_sentence_pairs.main(["--sentence-pair-file", {str(tmp_path / "pairs.tsv")!r}, "--output-file",
+                                   {str(tmp_path / "s.tsv")!r}, "--load-file", {str(tiny_model_file)!r}, "--quiet"])
+        print("default", type(static.load_encoder(None)).__name__)
+    """)
+    assert "default StaticModel" in out
+    torch_model = models.load_model(tiny_model_file)
+    from paraphrastic.fileio import read_lines
+
+    expected = torch_model.embed_here(read_lines(lines))
+    assert np.load(tmp_path / "v.npy").tobytes() == expected.tobytes()
+    assert (tmp_path / "s.tsv").read_text().count("\n") == 2
+    switched = run_without_torch(f"""
+        import sys
+        del sys.modules["torch"]  # importable again: the stream below is long enough to want it
+        from paraphrastic import static
+        static.TORCH_FROM = 1000
+        model = static.load_encoder({str(tiny_model_file)!r})
+        model.embed_here(["warm up"] * 999)
+        print("before", "torch" in sys.modules)
+        model.embed_here(["one more batch"] * 10)
+        print("after", "torch" in sys.modules)
+    """)
+    assert "before False" in switched and "after True" in switched
+
+
+def test_other_models_and_damaged_files_go_to_the_torch_loader(tmp_path, sp_bytes):
+    from paraphrastic.encoders import WordTokenizer
+
+    words = WordTokenizer(["a", "man"], True)
+    word = models.Model([words], ["mean"], torch.randn(len(words), 4))
+    word.save(tmp_path / "word.pt")
+    assert isinstance(static.load_encoder(tmp_path / "word.pt"), models.Model)
+    class_payload = tmp_path / "evil.pt"
+    torch.save({"format": static.FORMAT, "config": {"lowercase": True}, "x": ModelError("not data")}, class_payload)
+    with pytest.raises(ModelError, match="refused to load"):
+        static.load_encoder(class_payload)
+    (tmp_path / "junk.pt").write_bytes(b"PK\x03\x04 not a zip at all")
+    with pytest.raises(ModelError, match="not a readable model file"):
+        static.load_encoder(tmp_path / "junk.pt")
