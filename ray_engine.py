@@ -2,7 +2,7 @@
 
 The input files are cut into work items (a plain text file at every LINES_PER_ITEM lines, found by one pass of
 newline counting; a .gz or Parquet file whole). A pool of Ray actors, each holding the model loaded once and
-running torch on one thread, reads its items with the toolkit's own reader (invalid UTF-8 replaced, the line
+running on one thread, reads its items with the toolkit's own reader (invalid UTF-8 replaced, the line
 limit) and writes their rows as Parquet parts named by item and part number, each written atomically: a task
 that Ray retries after a lost worker rewrites the same parts, so every input line is in the output exactly
 once. Rows carry `file` (the input's path as given) and `line` (0-based); the driver holds only the plan and the
@@ -22,9 +22,12 @@ import numpy as np
 
 from paraphrastic.fileio import Error, InputError, ModelError, decode_raw, iter_line_blocks, line_offsets, open_input
 from paraphrastic.static import load_encoder
+from paraphrastic.workers import use_threads
 
 LINES_PER_ITEM = 262_144  # lines of a plain text file in one work item
 PART_LINES = 65_536  # rows of one Parquet part
+IN_FLIGHT = 2  # work items queued at each actor: one running, one ready
+_joined = True  # whether the Ray in use is one this process joined (or was given), not one it started
 
 
 def ray_module():
@@ -38,13 +41,23 @@ def ray_module():
 
 def start(address: str | None = None, cpus: int | None = None) -> int:
     """Join the Ray cluster at `address`, or start a local one on this machine's cores; returns its CPUs."""
+    global _joined
     ray = ray_module()
     if not ray.is_initialized():
+        _joined = bool(address)
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
             ray.init(num_cpus=cpus or len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False)
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def stop() -> None:
+    """Shut down the Ray this run started (leaving a cluster it joined), now rather than at exit, where Ray
+    first waits half a second for its log lines."""
+    ray = ray_module()
+    if ray.is_initialized() and not _joined:
+        ray.shutdown()
 
 
 def input_files(patterns: list[str]) -> list[Path]:
@@ -96,23 +109,22 @@ def read_items(item: dict, text_column: str, strict: bool) -> Iterator[tuple[int
 
 class Parts:
     """A Ray actor: the model, loaded once, turning work items into Parquet parts (embedding, or scoring with
-    `score`). Called by Ray Data with a batch of items; returns one row per item: its rows and parts written."""
+    `score`); `run_item` returns an item's rows and parts written."""
 
     def __init__(self, model: str | None, out: str, batch_size: int = 8192, strict: bool = False,
                  score: bool = False, skip_bad: bool = False, text_column: str = "text"):  # fmt: skip
+        use_threads(1)  # one core each: Ray gives every actor one CPU
         self.model, self.out = load_encoder(model), Path(out)
         self.batch_size, self.strict, self.score, self.skip_bad = batch_size, strict, score, skip_bad
         self.text_column = text_column
 
-    def __call__(self, batch: dict) -> dict:
-        done = []
-        for i in range(len(batch["item"])):
-            item = {key: batch[key][i] for key in batch}
-            try:
-                done.append(self.work(item) | {"error": ""})
-            except Error as e:  # bad input: returned as data, so the driver can say it in one line
-                done.append({"item": int(item["item"]), "rows": 0, "parts": 0, "error": f"{type(e).__name__}:{e}"})
-        return {key: np.array([row[key] for row in done]) for key in ("item", "rows", "parts", "error")}
+    def run_item(self, item: dict) -> dict:
+        """One work item: its rows and parts written, or its error (bad input, returned as data so that the
+        driver can say it in one line)."""
+        try:
+            return self.work(item) | {"error": ""}
+        except Error as e:
+            return {"item": int(item["item"]), "rows": 0, "parts": 0, "error": f"{type(e).__name__}:{e}"}
 
     def work(self, item: dict) -> dict:
         rows = parts = 0
@@ -158,17 +170,26 @@ def write_part(path: Path, table) -> None:
 
 
 def run(items: list[dict], out: Path, workers: int, actor: type | None = None, **parts) -> dict:
-    """Run the work items on a pool of `workers` actors (`actor`, Parts by default, made with **parts); returns
-    rows and parts by item. A lost actor is restarted and its item run again."""
+    """Run the work items on `workers` actors (`actor`, Parts by default, made with **parts), IN_FLIGHT items
+    queued at each, the next item to the first actor done; returns rows and parts by item. Ray restarts a lost
+    actor and runs its items again. Plain Ray actors, not a Ray Data pipeline: its executor takes seconds to
+    start, which is much of a job of a few million lines."""
     ray = ray_module()
     if not items:
         return {}
-    ds = ray.data.from_items(items, override_num_blocks=len(items))
-    pool = ray.data.ActorPoolStrategy(size=min(workers, len(items)), max_tasks_in_flight_per_actor=1)
-    done = ds.map_batches(
-        actor or Parts, fn_constructor_kwargs={"out": str(out), **parts}, batch_size=1, compute=pool, num_cpus=1
-    ).take_all()  # Ray Data restarts a lost actor and retries its task
-    done = {int(row["item"]): row for row in done}
+    remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)(actor or Parts)
+    team = [remote.remote(out=str(out), **parts) for _ in range(min(workers, len(items)))]
+    queue, running, done = list(reversed(items)), {}, {}
+    for member in team * IN_FLIGHT:
+        if queue:
+            running[member.run_item.remote(queue.pop())] = member
+    while running:
+        (ready,), _ = ray.wait(list(running), num_returns=1)
+        member = running.pop(ready)
+        row = ray.get(ready)
+        done[int(row["item"])] = row
+        if queue:
+            running[member.run_item.remote(queue.pop())] = member
     failed = [str(done[k]["error"]) for k in sorted(done) if done[k]["error"]]
     if failed:  # the first bad input, in input order, as the local commands say it
         kind, _, message = failed[0].partition(":")
@@ -208,6 +229,7 @@ class Batches:
     """A Ray actor for embed_dataset: the model, loaded once; a `vector` column for each batch."""
 
     def __init__(self, model: str | None, column: str):
+        use_threads(1)
         self.model, self.column = load_encoder(model), column
 
     def __call__(self, batch: dict) -> dict:
@@ -225,6 +247,7 @@ def main_files(args, what: str, **parts) -> int:
     items = plan(files)
     done = run(items, out, min(args.threads or cpus, cpus), model=args.load_file, batch_size=args.batch_size,
                strict=args.strict, **parts)  # fmt: skip
+    stop()
     rows, written = sum(int(r["rows"]) for r in done.values()), sum(int(r["parts"]) for r in done.values())
     print(f"{what} {rows} lines of {len(files)} files into {written} Parquet parts in {out}", file=sys.stderr)
     return 0
@@ -317,5 +340,6 @@ def main_mine(args) -> int:
         search = functools.partial(nearest, parts=parts)
         pairs = mine_bitext.mine(source, target, args, same, nearest=search)
         kept = mine_bitext.write_pairs(Path(args.output_file), source, target, pairs, args)
+    stop()
     print(f"wrote {kept} of {len(pairs[2])} retrieved pairs to {args.output_file} (Ray)", file=sys.stderr)
     return 0

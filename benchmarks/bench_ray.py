@@ -1,11 +1,12 @@
 """--engine ray against the multi-core paraphrastic-embed, on the same lines, in the same run.
 
-    python benchmarks/bench_ray.py [--sizes 200000,2000000] [--files 16]
+    python benchmarks/bench_ray.py [--sizes 200000,2000000] [--files 16] [--repeats 3]
 
 For each size: the fixed English sentence sample of ../shared/data repeated to that many lines and cut into
 --files files (half of them gzip); `paraphrastic-embed --engine ray` on them (a local Ray on this machine's cores,
 Parquet parts written) and `paraphrastic-embed --threads CORES` on their concatenation (one .npy), each timed as
-a whole command, start-up included; the ratio of their throughputs; and the Ray driver's peak RSS (VmHWM of the
+a whole command, start-up included, --repeats times in turn; the median ratio of their throughputs (this machine is
+noisy: one pair alone can be off by a third); and the Ray driver's peak RSS (VmHWM of the
 command's own process: the vectors never pass through it).
 """
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,22 +63,30 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="200000,2000000", help="lines, comma-separated")
     p.add_argument("--files", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=3, help="ray/local pairs timed in turn; the medians are printed")
     args = p.parse_args()
     cores = len(os.sched_getaffinity(0))
-    print(f"{machine_header()}; a local Ray with {cores} CPUs against --threads {cores}")
-    print("| lines | ray (sent/s) | paraphrastic-embed (sent/s) | ray / local | ray driver peak RSS |")
-    print("|---|---|---|---|---|")
+    print(f"{machine_header()}; a local Ray with {cores} CPUs against --threads {cores}; median of {args.repeats} "
+          "pairs run in turn (ray / local: the median of the pairs' ratios, then their range)")  # fmt: skip
+    print("| lines | ray (sent/s) | paraphrastic-embed (sent/s) | ray / local | range | ray driver peak RSS |")
+    print("|---|---|---|---|---|---|")
     for size in map(int, args.sizes.split(",")):
         with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
             folder = Path(tmp)
             (folder / "in").mkdir()
             whole = write_files(folder, size, args.files)
-            ray_s, driver = timed([str(BIN / "paraphrastic-embed"), "--engine", "ray", "--input",
-                                   str(folder / "in" / "*"), "--output-dir", str(folder / "out")])  # fmt: skip
-            local_s, _ = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(whole), "--output-file",
-                                str(folder / "all.npy"), "--threads", str(cores), "--quiet"])  # fmt: skip
-            print(f"| {size:,} | {size / ray_s:,.0f} | {size / local_s:,.0f} | {local_s / ray_s:.0%} | "
-                  f"{driver / 1024:,.0f} MiB |", flush=True)  # fmt: skip
+            rays, locals_, drivers = [], [], []
+            for k in range(args.repeats):
+                ray_s, driver = timed([str(BIN / "paraphrastic-embed"), "--engine", "ray", "--input",
+                                       str(folder / "in" / "*"), "--output-dir", str(folder / f"out{k}")])  # fmt: skip
+                local_s, _ = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(whole), "--output-file",
+                                    str(folder / "all.npy"), "--threads", str(cores), "--quiet"])  # fmt: skip
+                rays, locals_, drivers = rays + [ray_s], locals_ + [local_s], drivers + [driver]
+                shutil.rmtree(folder / f"out{k}")
+            ratios = sorted(local / ray for ray, local in zip(rays, locals_, strict=True))
+            print(f"| {size:,} | {size / statistics.median(rays):,.0f} | {size / statistics.median(locals_):,.0f} | "
+                  f"{statistics.median(ratios):.0%} | {ratios[0]:.0%}-{ratios[-1]:.0%} | "
+                  f"{max(drivers) / 1024:,.0f} MiB |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
