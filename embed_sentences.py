@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import hashlib
 import json
 import os
@@ -349,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     open_input(args.sentence_file)
     refuse_same_file(args.output_file, args.sentence_file, model_path(args.load_file), args.sp_model)
     model = load_encoder(args.load_file, sp_model=args.sp_model, device=args.device)
+    gc.freeze()  # the modules and the model live to the end: the collections of a long run skip them
     remove_stale_temps(args.output_file)  # left by a killed run
     if args.shard is not None:
         stats = embed_shard(model, args)

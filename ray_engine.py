@@ -12,6 +12,7 @@ parts' row counts, never the vectors. Without an --address, a local Ray starts o
 from __future__ import annotations
 
 import functools
+import gc
 import glob
 import os
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from paraphrastic.fileio import Error, InputError, ModelError, decode_raw, iter_line_blocks, line_offsets, open_input
-from paraphrastic.static import load_encoder
+from paraphrastic.static import TORCH_FROM, load_encoder, use_torch_for
 from paraphrastic.workers import use_threads
 
 LINES_PER_ITEM = 262_144  # lines of a plain text file in one work item
@@ -114,7 +115,9 @@ class Parts:
     def __init__(self, model: str | None, out: str, batch_size: int = 8192, strict: bool = False,
                  score: bool = False, skip_bad: bool = False, text_column: str = "text"):  # fmt: skip
         use_threads(1)  # one core each: Ray gives every actor one CPU
+        use_torch_for(TORCH_FROM)  # an actor's work is long: torch's pooling kernel repays its import at once
         self.model, self.out = load_encoder(model), Path(out)
+        gc.freeze()  # the actor's modules and model live as long as it: its collections skip them
         self.batch_size, self.strict, self.score, self.skip_bad = batch_size, strict, score, skip_bad
         self.text_column = text_column
 
@@ -230,7 +233,9 @@ class Batches:
 
     def __init__(self, model: str | None, column: str):
         use_threads(1)
+        use_torch_for(TORCH_FROM)
         self.model, self.column = load_encoder(model), column
+        gc.freeze()
 
     def __call__(self, batch: dict) -> dict:
         batch["vector"] = self.model.embed_here([str(t) for t in batch[self.column]])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import sys
 from pathlib import Path
 
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     open_input(args.sentence_pair_file)
     refuse_same_file(args.output_file, args.sentence_pair_file, model_path(args.load_file), args.sp_model)
     model = load_encoder(args.load_file, sp_model=args.sp_model, device=args.device)
+    gc.freeze()  # the modules and the model live to the end: the collections of a long run skip them
     if args.output_file:
         remove_stale_temps(args.output_file)  # left by a killed run
     sink = atomic_output(args.output_file, "w") if args.output_file else contextlib.nullcontext(sys.stdout)

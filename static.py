@@ -328,7 +328,6 @@ def load_encoder(path: str | os.PathLike | None = None, sp_model=None, device: s
 
 STORAGES = {"FloatStorage": np.float32, "HalfStorage": np.float16, "BFloat16Storage": np.uint16,
             "CharStorage": np.int8, "LongStorage": np.int64, "IntStorage": np.int32}  # fmt: skip
-TENSOR_KEYS = ("embedding", "embedding_scale", "piece_rows")
 
 
 def _tensor(storage: np.ndarray, offset: int, size: tuple, stride: tuple, *_) -> np.ndarray:

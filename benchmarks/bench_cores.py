@@ -5,8 +5,8 @@
 For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `paraphrastic-embed --threads N`
 on --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score
 --threads N` on as many pairs, and `model.encode` on --encode sentences with N workers; beside them the limit
-N x (sentencepiece alone on one thread, same lines), the fraction of it reached, and the speed-up over N = 1.
-Then the peak anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of
+N x (sentencepiece alone on one thread, same lines), the fraction of it reached, and the speed-up over N = 1,
+each the median of --repeats rounds. Then the start-up (the 6-line example, whole command) and the peak anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of
 `paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of ../shared/data,
 repeated to the size asked (or --text's lines, on a machine without ../shared/data).
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,26 @@ print(len(lines) / (time.perf_counter() - start))
 """
 
 
+def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple[float, float, float]:
+    """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s) with `n` workers."""
+    embed_s, _ = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
+                        str(tmp / "out.npy"), "--threads", str(n), "--quiet"])  # fmt: skip
+    score_s = float("nan") if args.skip_score else timed(
+        [str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
+         str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])[0]  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", ENCODE, str(text), str(args.encode), str(n)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return args.lines / embed_s, args.lines / score_s, float(done.stdout.split()[-1])
+
+
+def startup(tmp: Path) -> str:
+    """The whole-command wall time of `paraphrastic-embed` on the 6-line example, median of 5 runs."""
+    example = ROOT / "data" / "example-sentences.txt"
+    runs = [timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(example), "--output-file",
+                   str(tmp / "six.npy"), "--quiet"])[0] for _ in range(5)]  # fmt: skip
+    return f"paraphrastic-embed on data/example-sentences.txt, median of 5: {statistics.median(runs):.2f} s"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lines", type=int, default=2_000_000, help="lines for the command-line runs")
@@ -113,7 +134,13 @@ def main() -> None:
     p.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)), help="largest worker count")
     p.add_argument("--skip-score", action="store_true", help="leave out paraphrastic-score (a shorter run)")
     p.add_argument("--counts", help="worker counts to run, comma-separated (default 1, 2, 4, ... up to --cores)")
+    p.add_argument("--repeats", type=int, default=3, help="rounds of all worker counts; medians are printed")
+    p.add_argument("--startup-only", action="store_true", help="print the start-up figure alone")
     args = p.parse_args()
+    if args.startup_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"{machine_header()}\nstart-up: {startup(Path(tmp))}")
+        return
     print(machine_header())
     print(f"cpu: {models.cpu_name()}, {args.cores} cores used")
     with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
@@ -125,26 +152,22 @@ def main() -> None:
         own = sentencepiece_alone(lines, args.cores)
         print(f"sentencepiece alone: 1 thread {single:,.0f} sentences/s; its own {args.cores} threads {own:,.0f} "
               f"({own / single:.1f}x: what the tokenizer itself gains from the cores)\n")  # fmt: skip
+        counts = [int(n) for n in args.counts.split(",")] if args.counts else core_counts(args.cores)
+        rounds = [{n: cli_rates(n, text, pairs, tmp, args) for n in counts} for _ in range(args.repeats)]
+        print(f"each figure the median of {args.repeats} rounds, every round all worker counts in turn; a speed-up is "
+              "the median of the rounds' own ratios to 1 worker\n")  # fmt: skip
         print(
             "| workers | embed CLI (sent/s) | score CLI (pairs/s) | model.encode (sent/s) | limit N x sentencepiece "
             "| embed / limit | embed speed-up | score speed-up | encode speed-up |"
         )
         print("|---|---|---|---|---|---|---|---|---|")
-        first = None
-        for n in map(int, args.counts.split(",")) if args.counts else core_counts(args.cores):
-            embed_s, _ = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
-                                str(tmp / "out.npy"), "--threads", str(n), "--quiet"])  # fmt: skip
-            score_s = float("nan") if args.skip_score else timed(
-                [str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
-                 str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])[0]  # fmt: skip
-            done = subprocess.run([sys.executable, "-c", ENCODE, str(text), str(args.encode), str(n)],
-                                  capture_output=True, text=True, check=True)  # fmt: skip
-            rates = (args.lines / embed_s, args.lines / score_s, float(done.stdout.split()[-1]))
-            first = first or rates
+        for n in counts:
+            rates = [statistics.median(r[n][k] for r in rounds) for k in range(3)]
+            ups = " | ".join(f"{statistics.median(r[n][k] / r[counts[0]][k] for r in rounds):.2f}x" for k in range(3))
             limit = n * single
-            ups = " | ".join(f"{r / f:.2f}x" for r, f in zip(rates, first, strict=True))
             print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} "
                   f"| {rates[0] / limit:.0%} | {ups} |", flush=True)  # fmt: skip
+        print(f"\nstart-up: {startup(tmp)}")
         print(
             "\npeak anonymous memory of paraphrastic-embed (the command and its workers, Pss_Anon; the output's pages aside):"
         )
