@@ -321,8 +321,10 @@ def load_encoder(path: str | os.PathLike | None = None, sp_model=None, device: s
         with contextlib.suppress(ModelError):  # the torch loader reads it again and names the fault
             if state is not None and (model := static_from_checkpoint(state, model_path(path))) is not None:
                 return model
+    threads = workers.threads()
     from paraphrastic.models import load_model
 
+    sys.modules["torch"].set_num_threads(threads)  # torch, imported just now, follows --threads too
     return load_model(path, sp_model=sp_model, device=device)
 
 

@@ -47,13 +47,15 @@ def use_threads(threads: int | None = None) -> int:
 
 
 def threads() -> int:
-    """This process's threads: 1 in a worker; else torch's thread count when torch is loaded (use_threads sets
-    it), else what use_threads set, else the cores."""
+    """This process's threads: 1 in a worker; else what use_threads set (a command's --threads), else torch's
+    thread count when torch is loaded (`torch.set_num_threads` in one's own code), else the cores."""
     if _model is not None:
         return 1
+    if _threads:
+        return _threads
     if torch := sys.modules.get("torch"):
         return torch.get_num_threads()
-    return _threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def busy_cores() -> float:

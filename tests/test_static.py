@@ -115,3 +115,23 @@ def test_other_models_and_damaged_files_go_to_the_torch_loader(tmp_path, sp_byte
     (tmp_path / "junk.pt").write_bytes(b"PK\x03\x04 not a zip at all")
     with pytest.raises(ModelError, match="not a readable model file"):
         static.load_encoder(tmp_path / "junk.pt")
+
+
+def test_threads_set_before_torch_is_loaded_still_hold_for_a_torch_model(tmp_path):
+    from paraphrastic.encoders import WordTokenizer
+
+    words = WordTokenizer(["a", "man"], True)
+    models.Model([words], ["mean"], torch.randn(len(words), 4)).save(tmp_path / "word.pt")
+    (tmp_path / "in.txt").write_text("a man\n" * 50)
+    out = run_without_torch(f"""
+        import sys
+        del sys.modules["torch"]  # importable: the word model loads through torch, after --threads was read
+        from paraphrastic import embed_sentences, workers
+        sizes = []
+        embed_sentences.Workers = lambda model, size: sizes.append(size) or workers.Workers(model, size)
+        embed_sentences.main(["--sentence-file", {str(tmp_path / "in.txt")!r}, "--output-file",
+                              {str(tmp_path / "v.npy")!r}, "--load-file", {str(tmp_path / "word.pt")!r},
+                              "--threads", "1", "--quiet"])
+        print("workers", sizes, "torch threads", sys.modules["torch"].get_num_threads())
+    """)
+    assert "workers [1] torch threads 1" in out
