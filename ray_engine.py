@@ -108,16 +108,24 @@ def read_items(item: dict, text_column: str, strict: bool) -> Iterator[tuple[int
         yield number - 1, lines
 
 
+def actor_model(model: str | None):
+    """The model of a Ray actor, loaded once: on one thread (Ray gives every actor one CPU), with torch's pooling
+    kernel from the start (an actor's work is long, so the import is soon repaid), and its start-up objects
+    frozen out of the garbage collections (they live as long as the actor)."""
+    use_threads(1)
+    use_torch_for(TORCH_FROM)
+    encoder = load_encoder(model)
+    gc.freeze()
+    return encoder
+
+
 class Parts:
     """A Ray actor: the model, loaded once, turning work items into Parquet parts (embedding, or scoring with
     `score`); `run_item` returns an item's rows and parts written."""
 
     def __init__(self, model: str | None, out: str, batch_size: int = 8192, strict: bool = False,
                  score: bool = False, skip_bad: bool = False, text_column: str = "text"):  # fmt: skip
-        use_threads(1)  # one core each: Ray gives every actor one CPU
-        use_torch_for(TORCH_FROM)  # an actor's work is long: torch's pooling kernel repays its import at once
-        self.model, self.out = load_encoder(model), Path(out)
-        gc.freeze()  # the actor's modules and model live as long as it: its collections skip them
+        self.model, self.out = actor_model(model), Path(out)
         self.batch_size, self.strict, self.score, self.skip_bad = batch_size, strict, score, skip_bad
         self.text_column = text_column
 
@@ -232,10 +240,7 @@ class Batches:
     """A Ray actor for embed_dataset: the model, loaded once; a `vector` column for each batch."""
 
     def __init__(self, model: str | None, column: str):
-        use_threads(1)
-        use_torch_for(TORCH_FROM)
-        self.model, self.column = load_encoder(model), column
-        gc.freeze()
+        self.model, self.column = actor_model(model), column
 
     def __call__(self, batch: dict) -> dict:
         batch["vector"] = self.model.embed_here([str(t) for t in batch[self.column]])

@@ -317,9 +317,10 @@ def load_encoder(path: str | os.PathLike | None = None, sp_model=None, device: s
     """The model to embed with: a StaticModel where it can be one (our SP checkpoint, on the CPU), read without
     torch; anything else (other layouts, other encoders, a GPU, a damaged file) through models.load_model."""
     if sp_model is None and device in (None, "cpu"):
-        state = read_checkpoint(model_path(path))
+        file = model_path(path)
+        state = read_checkpoint(file)
         with contextlib.suppress(ModelError):  # the torch loader reads it again and names the fault
-            if state is not None and (model := static_from_checkpoint(state, model_path(path))) is not None:
+            if state is not None and (model := static_from_checkpoint(state, file)) is not None:
                 return model
     threads = workers.threads()
     from paraphrastic.models import load_model

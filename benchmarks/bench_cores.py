@@ -6,7 +6,8 @@ For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `par
 on --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score
 --threads N` on as many pairs, and `model.encode` on --encode sentences with N workers; beside them the limit
 N x (sentencepiece alone on one thread, same lines), the fraction of it reached, and the speed-up over N = 1,
-each the median of --repeats rounds. Then the start-up (the 6-line example, whole command) and the peak anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of
+each the median of --repeats rounds. Then the start-up (the whole command on the 10-line example) and the peak
+anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of
 `paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of ../shared/data,
 repeated to the size asked (or --text's lines, on a machine without ../shared/data).
 """
@@ -118,10 +119,10 @@ def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple[float, 
 
 
 def startup(tmp: Path) -> str:
-    """The whole-command wall time of `paraphrastic-embed` on the 6-line example, median of 5 runs."""
+    """The whole-command wall time of `paraphrastic-embed` on the 10-line example, median of 5 runs."""
     example = ROOT / "data" / "example-sentences.txt"
     runs = [timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(example), "--output-file",
-                   str(tmp / "six.npy"), "--quiet"])[0] for _ in range(5)]  # fmt: skip
+                   str(tmp / "example.npy"), "--quiet"])[0] for _ in range(5)]  # fmt: skip
     return f"paraphrastic-embed on data/example-sentences.txt, median of 5: {statistics.median(runs):.2f} s"
 
 
