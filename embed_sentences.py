@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from paraphrastic import ray_engine
 from paraphrastic.fileio import (
     InputError,
     at_least,
@@ -36,6 +37,7 @@ from paraphrastic.fileio import (
     cli_parser,
     count_lines,
     decode_raw,
+    device_name,
     iter_line_blocks,
     open_input,
     refuse_same_file,
@@ -66,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--output-file", help="output .npy, shape (lines, dim)")
     p.add_argument("--batch-size", type=at_least(1), default=8192, help="sentences per tokenize+pool step")
     p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, or auto")
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
@@ -74,7 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shard", type=int, help="embed only slice I (0-based) of --num-shards contiguous slices")
     p.add_argument("--num-shards", type=int, help="number of slices the lines are cut into (with --shard)")
     p.add_argument("--concat", nargs="+", metavar=("OUT", "SHARD"), help="join shard .npy files, in order, into OUT")
-    add_engine_args(p, "text, one sentence per line (plain or .gz), or Parquet with --text-column")
+    ray_engine.add_args(p, "text, one sentence per line (plain or .gz), or Parquet with --text-column")
     p.add_argument("--text-column", default="text", help="with --engine ray: the text column of Parquet inputs")
     args = p.parse_args(argv)
     if args.engine == "ray":
@@ -83,6 +85,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if not (args.input and args.output_dir):
             p.error("--engine ray needs --input PATTERN... and --output-dir")
         return args
+    if args.input or args.output_dir or args.resume:
+        p.error(
+            "--input, --output-dir and --resume are options of --engine ray (add --engine ray, or use "
+            "--sentence-file and --output-file)"
+        )
     if args.concat:
         if args.sentence_file or args.output_file or args.shard is not None or len(args.concat) < 2:
             p.error("--concat takes OUT and then the shard files in order, and nothing to embed")
@@ -93,15 +100,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.num_shards is not None and not 0 <= args.shard < args.num_shards:
         p.error(f"--shard must be in 0..{args.num_shards - 1} (0-based) and --num-shards at least 1")
     return args
-
-
-def add_engine_args(p: argparse.ArgumentParser, what: str) -> None:
-    """--engine and the options of the Ray engine (ray_engine.py), shared by embed and score."""
-    p.add_argument("--engine", choices=["local", "ray"], default="local",
-                   help="local: worker processes on this machine; ray: a Ray cluster (pip install .[ray])")  # fmt: skip
-    p.add_argument("--input", nargs="+", metavar="PATTERN", help=f"with --engine ray: files or globs of {what}")
-    p.add_argument("--output-dir", help="with --engine ray: the folder of Parquet parts (columns file, line, ...)")
-    p.add_argument("--address", help="with --engine ray: a running cluster (default: a local Ray on this machine)")
 
 
 def shard_bounds(lines: int, shard: int, num_shards: int) -> tuple[int, int]:
@@ -336,9 +334,7 @@ def concat_shards(paths: list[str | os.PathLike], output_file: str | os.PathLike
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.engine == "ray":
-        from paraphrastic import ray_engine
-
-        return ray_engine.main_files(args, "embedded", text_column=args.text_column)
+        return ray_engine.main_files(args, "embed", text_column=args.text_column)
     if args.concat:
         out, *paths = args.concat
         refuse_same_file(out, *paths)

@@ -40,6 +40,7 @@ from paraphrastic.fileio import (
     atomic_output,
     cli_parser,
     default_data_dir,
+    device_name,
     read_lines,
     refuse_same_file,
     run_cli,
@@ -535,7 +536,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
     )
     p.add_argument("--sp-model", help="sentencepiece model of an original-release model file")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--batch-size", type=at_least(1), default=8192, help="sentences per embedding batch")
     p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")

@@ -18,8 +18,10 @@ import math
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -197,18 +199,19 @@ def iter_line_blocks(
                 return
 
 
-def line_offsets(path: str | os.PathLike, every: int, block: int = 1 << 20) -> list[tuple[int, int]]:
-    """(line, byte offset) of line 0 and of every `every`-th line after it in a plain text file, from one pass
-    of vectorised newline counting: where independent readers of one file can start."""
-    marks, lines = [(0, 0)], 0
+def line_offsets(path: str | os.PathLike, every: int, block: int = 1 << 20) -> tuple[list[tuple[int, int]], int]:
+    """(line, byte offset) of line 0 and of every `every`-th line after it in a plain text file, and its number of
+    lines (a last line without a newline counts), from one pass of vectorised newline counting: where independent
+    readers of one file can start, and where they end."""
+    marks, lines, last = [(0, 0)], 0, b"\n"
     with reading(Path(path)), open(path, "rb") as f:
         at = 0
         while data := f.read(block):
             ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
             for k in range((lines // every + 1) * every, lines + len(ends) + 1, every):
                 marks.append((k, at + int(ends[k - lines - 1]) + 1))
-            lines, at = lines + len(ends), at + len(data)
-    return [(line, offset) for line, offset in marks if offset < at or line == 0]
+            lines, at, last = lines + len(ends), at + len(data), data[-1:]
+    return [(line, offset) for line, offset in marks if offset < at or line == 0], lines + (last != b"\n")
 
 
 def decode_raw(blob: bytes, path: Path, first_line: int, strict: bool) -> tuple[list[str], int]:
@@ -283,6 +286,23 @@ def split_pair(line: str, path: Path | str, line_no: int) -> tuple[str, str]:
             "(fix the line, or pass --skip-bad-lines)"
         )
     return parts[0], parts[1]
+
+
+def parse_pair_lines(
+    lines: list[str], path: str, first_line: int, skip_bad: bool
+) -> tuple[list[tuple[str, str]], list[int]]:
+    """Split a chunk of lines into pairs, one per line; under `skip_bad` a bad line becomes
+    (its text, "") and its line number is returned."""
+    pairs, bad = [], []
+    for i, line in enumerate(lines):
+        try:
+            pairs.append(split_pair(line, path, first_line + i))
+        except InputError:
+            if not skip_bad:
+                raise
+            pairs.append((line.replace("\t", " "), ""))
+            bad.append(first_line + i)
+    return pairs, bad
 
 
 @contextlib.contextmanager
@@ -500,10 +520,21 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is (temporaries removed, workers stopped), then exit 143."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated
+
+
 def run_cli(main: Callable[..., int | None]) -> Callable[..., int]:
-    """Wrap a script's main so that user errors print one `error:` line and exit with their code."""
+    """Wrap a script's main so that user errors print one `error:` line and exit with their code, and SIGTERM
+    stops it as Ctrl-C does."""
 
     def wrapped(argv: list[str] | None = None, **kwargs) -> int:
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
         try:
             return main(argv, **kwargs) or 0
         except Error as e:
@@ -513,9 +544,12 @@ def run_cli(main: Callable[..., int | None]) -> Callable[..., int]:
             where = f"{e.filename}: " if e.filename else ""
             print(f"error: {where}{e.strerror or e}", file=sys.stderr)
             return 2
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             print("interrupted: no partial output was left behind", file=sys.stderr)
-            return 130
+            return 143 if isinstance(e, Terminated) else 130
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     return wrapped
 
@@ -534,6 +568,14 @@ def cli_parser(doc: str, example: str, prog: str | None = None) -> argparse.Argu
     return argparse.ArgumentParser(
         prog=prog, description=doc.split("\n\n")[0], epilog=f"example:\n  {example}", formatter_class=HelpFormatter
     )
+
+
+def device_name(text: str) -> str:
+    """An argparse type for --device: cpu, cuda, cuda:N or auto (any case), else a usage error naming them."""
+    name = text.strip().lower()
+    if name in ("cpu", "cuda", "auto") or re.fullmatch(r"cuda:\d+", name):
+        return name
+    raise argparse.ArgumentTypeError(f"{text!r}: expected cpu, cuda, cuda:N (a GPU's number) or auto")
 
 
 def at_least(low: int, kind=int) -> Callable[[str], int]:

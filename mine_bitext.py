@@ -24,6 +24,7 @@ thresholds are conventional starting points, not tuned for any model: choose one
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
@@ -41,6 +42,7 @@ from paraphrastic.fileio import (
     at_least,
     atomic_output,
     cli_parser,
+    device_name,
     iter_line_chunks,
     open_input,
     refuse_same_file,
@@ -97,7 +99,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--chunk-lines", type=at_least(1), default=65536, help="lines read, or sentences searched, at a time"
     )
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, or auto (embedding only)")
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto (embedding only)")
     p.add_argument(
         "--threads",
         type=at_least(1),
@@ -357,6 +359,70 @@ def work_dir(args: argparse.Namespace):
     return scratch_folder(parent, f".{Path(args.output_file).name}.vectors")
 
 
+def ray_index(vectors: np.ndarray, rows: np.ndarray, path: Path, args: argparse.Namespace) -> tuple[str, object]:
+    """A Ray task's search structure over a key side's mined rows, as build_index makes it (faiss, exact or IVF
+    on the same seeded sample, serialized to travel); without faiss the unit vectors for exact search."""
+    knn.set_faiss_threads(1)
+    keys = Side(path, vectors.astype(args.dtype), rows)
+    if not knn.have_faiss():
+        return "exact", side_rows(keys, slice(None))
+    import faiss
+
+    return "faiss", faiss.serialize_index(build_index(keys, index_kind(len(rows), args), args))
+
+
+def ray_search(index: tuple[str, object], vectors: np.ndarray, k: int, args: argparse.Namespace) -> tuple:
+    """A Ray task's search of one work item's query vectors in a structure of ray_index: cosines, key positions."""
+    knn.set_faiss_threads(1)
+    queries = knn.unit_rows(vectors.astype(args.dtype))
+    kind, data = index
+    if kind == "exact":
+        sims, ids = knn.exact_topk(data, queries, k)
+    else:
+        import faiss
+
+        sims, ids = faiss.deserialize_index(data).search(queries, k)
+    sims[ids < 0] = -np.inf  # an IVF search that found fewer than k
+    return sims, ids
+
+
+def mine_on_ray(args: argparse.Namespace, files: list[Path]) -> int:
+    """paraphrastic-mine --engine ray: both sides embedded on Ray into a scratch folder, the keys indexed by one
+    task and the queries searched item by item (ray_index, ray_search), then mine()'s own margin scoring and
+    retrieval here (k neighbours a line): the same pairs and scores as on one machine."""
+    from paraphrastic import ray_engine
+
+    same = bool(args.paraphrase)
+    ray_engine.ray_module(local=not args.address)
+    cpus = ray_engine.start(args.address, args.threads)
+    try:
+        with work_dir(args) as work:
+            sides, parts = [], {}
+            for i, path in enumerate(files):
+                folder, items = work / f"side-{i}", ray_engine.plan([path])
+                folder.mkdir()
+                ray_engine.run(items, folder, min(args.threads or cpus, cpus), model=args.load_file,
+                               batch_size=args.batch_size, strict=args.strict)  # fmt: skip
+                sides.append(Side(path, None, mined_rows(path, same, args)))
+                parts[path] = folder, items
+
+            def nearest(keys: Side, queries: Side, k: int, args: argparse.Namespace) -> tuple:
+                index_kind(len(keys.rows), args)  # faiss where an IVF index is needed, as on one machine
+                build = functools.partial(ray_index, path=keys.path, args=args)
+                search = functools.partial(ray_search, args=args)
+                key_side = (parts[keys.path][0], keys.rows)
+                query_side = (*parts[queries.path], queries.rows)
+                return ray_engine.nearest(key_side, query_side, min(k, len(keys.rows)), build, search)
+
+            source, target = sides[0], sides[-1]
+            pairs = mine(source, target, args, same, nearest=nearest)
+            kept = write_pairs(Path(args.output_file), source, target, pairs, args)
+    finally:
+        ray_engine.stop()
+    print(f"wrote {kept} of {len(pairs[2])} retrieved pairs to {args.output_file} (Ray)", file=sys.stderr)
+    return 0
+
+
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
@@ -370,9 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.paraphrase and english_only(args.load_file):
         print(f"note: {ENGLISH_ONLY}", file=sys.stderr)
     if args.engine == "ray":
-        from paraphrastic import ray_engine
-
-        return ray_engine.main_mine(args)
+        return mine_on_ray(args, files)
     start = time.perf_counter()
     with work_dir(args) as work:
         sides = [

@@ -1,149 +1,303 @@
-"""Embedding, scoring and bitext mining past one machine, on Ray Data (`pip install .[ray]`): --engine ray.
+"""Embedding, scoring and bitext mining past one machine, on Ray (`pip install .[ray]`): --engine ray.
 
 The input files are cut into work items (a plain text file at every LINES_PER_ITEM lines, found by one pass of
 newline counting; a .gz or Parquet file whole). A pool of Ray actors, each holding the model loaded once and
-running on one thread, reads its items with the toolkit's own reader (invalid UTF-8 replaced, the line
-limit) and writes their rows as Parquet parts named by item and part number, each written atomically: a task
-that Ray retries after a lost worker rewrites the same parts, so every input line is in the output exactly
-once. Rows carry `file` (the input's path as given) and `line` (0-based); the driver holds only the plan and the
-parts' row counts, never the vectors. Without an --address, a local Ray starts on this machine's cores.
+running on one thread, reads its items with the toolkit's own reader (invalid UTF-8 replaced, the line limit)
+and writes their rows as Parquet parts named by item and part number. The output folder follows the commit
+protocol of commit.py: claimed by one run, parts staged, each finished item committed by the driver, everything
+published with a manifest written last; a stopped run is finished with --resume. Rows carry `file` (the input's
+path as given) and `line` (0-based); the driver holds only the plan and the items' records, never the vectors.
+Without an --address, a local Ray starts on this machine's cores and is shut down when the command ends.
 """
 
 from __future__ import annotations
 
-import functools
+import argparse
+import collections
+import contextlib
 import gc
 import glob
+import json
+import logging
 import os
+import signal
+import socket
 import sys
-from collections.abc import Iterator
+import time
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
-from paraphrastic.fileio import Error, InputError, ModelError, decode_raw, iter_line_blocks, line_offsets, open_input
-from paraphrastic.static import TORCH_FROM, load_encoder, use_torch_for
+from paraphrastic import commit
+from paraphrastic.fileio import (
+    Error,
+    InputError,
+    ModelError,
+    Terminated,
+    decode_raw,
+    iter_line_blocks,
+    line_offsets,
+    open_input,
+    parse_pair_lines,
+)
+from paraphrastic.static import TORCH_FROM, load_encoder, model_path, use_torch_for
 from paraphrastic.workers import use_threads
 
 LINES_PER_ITEM = 262_144  # lines of a plain text file in one work item
 PART_LINES = 65_536  # rows of one Parquet part
 IN_FLIGHT = 2  # work items queued at each actor: one running, one ready
+STALL_S, STALL_TIMES = 20.0, 10  # an actor silent for max(STALL_S, STALL_TIMES x an item's median time) is lost
+SHOWN = 10  # bad line numbers named in the summary
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+CONNECT_TIMEOUT_S = 10.0  # how long --address may take to answer
 _joined = True  # whether the Ray in use is one this process joined (or was given), not one it started
+_watcher: tuple[int, int] | None = None  # (process id, pipe) of the watcher of the local Ray this process started
 
 
-def ray_module():
-    """The ray package, or one clear error naming the extra that brings it."""
+def add_args(p: argparse.ArgumentParser, what: str) -> None:
+    """--engine and the options of the Ray engine, shared by embed and score."""
+    p.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="local: worker processes on this machine; ray: a Ray cluster (pip install .[ray])")  # fmt: skip
+    p.add_argument("--input", nargs="+", metavar="PATTERN", help=f"with --engine ray: files or globs of {what}")
+    p.add_argument("--output-dir", help="with --engine ray: a new or empty folder for the Parquet parts and manifest")
+    p.add_argument("--address", help="with --engine ray: a running cluster (default: a local Ray on this machine)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --engine ray: finish the stopped run in --output-dir (same inputs, model, options)")  # fmt: skip
+
+
+def ray_module(local: bool = False):
+    """The ray package, or one clear error naming the extra that brings it. `local`: for a Ray of this machine
+    alone, kept on loopback (Ray's switch for single-machine Ray, read when it is imported; without it a local
+    Ray serves on the machine's network address)."""
+    if local:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray
     except ImportError:
-        raise InputError("--engine ray needs Ray Data: pip install 'paraphrastic[ray]' (or -e .[ray])") from None
+        raise InputError("--engine ray needs Ray: pip install 'paraphrastic[ray]' (or -e .[ray])") from None
     return ray
 
 
 def start(address: str | None = None, cpus: int | None = None) -> int:
-    """Join the Ray cluster at `address`, or start a local one on this machine's cores; returns its CPUs."""
+    """Join the Ray cluster at `address`, or start a local one on this machine's cores, quietly (Ray's own
+    warnings and logs off unless RAY_LOG_LEVEL is set); returns its CPUs."""
     global _joined
-    ray = ray_module()
+    ray = ray_module(local=not address)
     if not ray.is_initialized():
         _joined = bool(address)
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=cpus or len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False)
+        quiet = {"log_to_driver": False, "logging_level": os.environ.get("RAY_LOG_LEVEL", logging.ERROR)}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the token-authentication and accelerator notices
+            if address:
+                check_reachable(address)
+                ray.init(address=address, **quiet)
+            else:
+                start_local(ray, cpus or len(os.sched_getaffinity(0)), quiet)
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def start_local(ray, cpus: int, options: dict) -> None:
+    """Start a local Ray, watched by a forked process that ends its processes if this one dies without stopping
+    it: a SIGKILL skips every handler, and Ray's agents outlive their raylet (found parented to init)."""
+    global _watcher
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        watch(read)
+    os.close(read)
+    _watcher = pid, write
+    try:
+        ray.init(num_cpus=cpus, include_dashboard=False, **options)
+    finally:
+        import psutil  # Ray's own dependency
+
+        started = [(p.pid, p.create_time()) for p in psutil.Process().children(recursive=True) if p.pid != pid]
+        os.write(write, json.dumps(started).encode() + b"\n")
+
+
+def watch(pipe: int) -> None:
+    """The watcher's life: wait for the end of the pipe from the command (its exit, or its death), then kill the
+    Ray processes it listed and any its raylet started since, that outlived Ray's shutdown or the command."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and a group's SIGTERM are the command's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.closerange(3, pipe)  # the command's files (its lock on the output folder) are not the watcher's to hold
+    os.closerange(pipe + 1, os.sysconf("SC_OPEN_MAX"))
+    data = b""
+    while chunk := os.read(pipe, 1 << 16):
+        data += chunk
+    with contextlib.suppress(Exception):
+        import psutil
+
+        listed = json.loads(data.split(b"\n")[0] or b"[]")
+        raylets = {f"RAY_RAYLET_PID={pid}".encode() for pid, _ in listed}
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                env = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+                if [proc.pid, proc.create_time()] in listed or raylets.intersection(env):
+                    proc.kill()
+    os._exit(0)
+
+
+def check_reachable(address: str) -> None:
+    """Refuse, within CONNECT_TIMEOUT_S, an --address HOST:PORT where nothing answers (Ray itself retries for
+    minutes without a word)."""
+    if address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except ValueError:
+        raise InputError(f"--address {address}: expected HOST:PORT (the head node's, e.g. 10.0.0.1:6379)") from None
+    except OSError as e:
+        raise InputError(
+            f"--address {address}: no Ray cluster answers there ({e.strerror or 'timed out'}); start one with "
+            "`ray start --head`, or leave --address out for a local Ray"
+        ) from None
 
 
 def stop() -> None:
     """Shut down the Ray this run started (leaving a cluster it joined), now rather than at exit, where Ray
     first waits half a second for its log lines."""
+    global _watcher
     ray = ray_module()
     if ray.is_initialized() and not _joined:
         ray.shutdown()
+    if _watcher is not None:
+        pid, pipe = _watcher
+        _watcher = None
+        os.close(pipe)  # the watcher sweeps what outlived the shutdown
+        os.waitpid(pid, 0)
 
 
-def input_files(patterns: list[str]) -> list[Path]:
-    """The files the --input patterns name (globs, sorted; a plain path as is), each checked readable."""
-    files = []
+def input_files(patterns: list[str], text_column: str | None = None) -> list[Path]:
+    """The files the --input patterns name (globs sorted, folders they match left out; a plain path as is), each
+    file once however many names reach it, each checked readable; Parquet inputs must hold `text_column` and
+    must not be parts of one of our output folders."""
+    files, seen = [], set()
     for pattern in patterns:
         found = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        found = [f for f in found if not (glob.has_magic(pattern) and os.path.isdir(f))]
         if not found:
             raise InputError(f"{pattern}: no file matches")
-        files += [Path(f) for f in found]
+        for name in found:
+            if os.path.isdir(name):
+                raise InputError(f"{name}: is a folder; --input takes files or globs ('{name}/*.txt')")
+            key = os.path.realpath(name)
+            if key not in seen:
+                seen.add(key)
+                files.append(Path(name))
     for path in files:
         open_input(path)
+        if path.suffix == ".parquet":
+            check_parquet(path, text_column)
     return files
 
 
+def check_parquet(path: Path, text_column: str | None) -> None:
+    """A Parquet input is text: not a part of our output, and with the text column (read from its footer)."""
+    ours = commit.output_of(path.resolve())
+    if ours is not None:
+        raise InputError(f"{path}: a part of the output folder {ours}, not text; leave it out of --input")
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.ParquetFile(path).schema_arrow.names
+    except Exception as e:  # pyarrow's errors for a damaged footer
+        raise InputError(f"{path}: not a readable Parquet file ({e})") from None
+    if text_column is None:
+        raise InputError(f"{path}: Parquet input is for embedding; give pairs as s1<TAB>s2 text files")
+    if text_column not in names:
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        raise InputError(
+            f"{path}: no column '{text_column}' (it has: {shown}); name the text column with --text-column"
+        )
+
+
 def plan(files: list[Path], lines_per_item: int = LINES_PER_ITEM) -> list[dict]:
-    """The work items: (file, its position, item number, first line, byte offset, lines; -1 lines: to the end)."""
+    """The work items: (file as named, its absolute path, its position, item number, first line, byte offset,
+    lines; -1 lines: to the end)."""
     items = []
     for position, path in enumerate(files):
         if path.suffix in (".gz", ".parquet"):  # no seeking into these: one item each
-            starts = [(0, 0)]
+            starts, total = [(0, 0)], -1
         else:
-            starts = line_offsets(path, lines_per_item)
+            starts, total = line_offsets(path, lines_per_item)
         for k, (line, offset) in enumerate(starts):
-            lines = starts[k + 1][0] - line if k + 1 < len(starts) else -1
-            items.append({"file": str(path), "position": position, "item": len(items), "first": line,
-                          "offset": offset, "lines": lines})  # fmt: skip
+            end = starts[k + 1][0] if k + 1 < len(starts) else total
+            items.append({"file": str(path), "path": os.path.abspath(path), "position": position, "item": len(items),
+                          "first": line, "offset": offset, "lines": end - line if end >= 0 else -1})  # fmt: skip
     return items
 
 
-def read_items(item: dict, text_column: str, strict: bool) -> Iterator[tuple[int, list[str]]]:
-    """(first line, 0-based, and the lines) of one work item, PART_LINES lines at a time."""
-    path = Path(item["file"])
+def read_items(item: dict, text_column: str, strict: bool) -> Iterator[tuple[int, list[str], int]]:
+    """(first line, 0-based, the lines, how many held invalid UTF-8) of one work item, PART_LINES at a time (read
+    by its absolute path: a worker's folder is not the driver's)."""
+    path = Path(item["path"])
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         first = 0
         for batch in pq.ParquetFile(path).iter_batches(batch_size=PART_LINES, columns=[text_column]):
-            lines = ["" if t is None else t for t in batch.column(0).to_pylist()]
-            yield first, lines
+            lines = ["" if t is None else str(t) for t in batch.column(0).to_pylist()]
+            yield first, lines, 0
             first += len(lines)
         return
     stop = None if item["lines"] < 0 else item["first"] + item["lines"]
     offset = item["offset"] if path.suffix != ".gz" else None
     for number, blob in iter_line_blocks(path, PART_LINES, item["first"], stop, offset=offset):
-        lines, _ = decode_raw(blob, path, number, strict)
-        yield number - 1, lines
+        lines, invalid = decode_raw(blob, path, number, strict)
+        yield number - 1, lines, invalid
 
 
-def actor_model(model: str | None):
+def actor_model(model: str | None, share: int = TORCH_FROM):
     """The model of a Ray actor, loaded once: on one thread (Ray gives every actor one CPU), with torch's pooling
-    kernel from the start (an actor's work is long, so the import is soon repaid), and its start-up objects
-    frozen out of the garbage collections (they live as long as the actor)."""
+    kernel from the start when the actor's `share` of the texts repays its import (the local workers' rule), and
+    its start-up objects frozen out of the garbage collections (they live as long as the actor)."""
     use_threads(1)
-    use_torch_for(TORCH_FROM)
+    use_torch_for(share)
     encoder = load_encoder(model)
     gc.freeze()
     return encoder
 
 
 class Parts:
-    """A Ray actor: the model, loaded once, turning work items into Parquet parts (embedding, or scoring with
-    `score`); `run_item` returns an item's rows and parts written."""
+    """A Ray actor: the model, loaded once, turning work items into Parquet parts in the staging folder `out`
+    (embedding, or scoring with `score`); `run_item` returns the item's record."""
 
     def __init__(self, model: str | None, out: str, batch_size: int = 8192, strict: bool = False,
-                 score: bool = False, skip_bad: bool = False, text_column: str = "text"):  # fmt: skip
-        self.model, self.out = actor_model(model), Path(out)
+                 score: bool = False, skip_bad: bool = False, text_column: str = "text", share: int = TORCH_FROM):  # fmt: skip
+        self.model, self.out = actor_model(model, share * (2 if score else 1)), Path(out)
         self.batch_size, self.strict, self.score, self.skip_bad = batch_size, strict, score, skip_bad
         self.text_column = text_column
 
     def run_item(self, item: dict) -> dict:
-        """One work item: its rows and parts written, or its error (bad input, returned as data so that the
-        driver can say it in one line)."""
+        """One work item: its record (parts and their rows, bad and invalid lines), or its error (bad input,
+        returned as data so that the driver can say it in one line)."""
         try:
             return self.work(item) | {"error": ""}
         except Error as e:
-            return {"item": int(item["item"]), "rows": 0, "parts": 0, "error": f"{type(e).__name__}:{e}"}
+            return {"item": int(item["item"]), "error": f"{type(e).__name__}:{e}"}
 
     def work(self, item: dict) -> dict:
-        rows = parts = 0
-        for first, lines in read_items(item, self.text_column, self.strict):
-            table = self.scores(item["file"], first, lines) if self.score else self.vectors(item["file"], first, lines)
-            write_part(self.out / f"part-{int(item['item']):06d}-{parts:05d}.parquet", table)
-            rows, parts = rows + len(lines), parts + 1
-        return {"item": int(item["item"]), "rows": rows, "parts": parts}
+        record = {"item": int(item["item"]), "file": item["file"], "parts": [], "part_rows": [], "bad_lines": 0,
+                  "shown_bad": [], "invalid_utf8_lines": 0}  # fmt: skip
+        for first, lines, invalid in read_items(item, self.text_column, self.strict):
+            if self.score:
+                pairs, bad = parse_pair_lines(lines, item["file"], first + 1, self.skip_bad)
+                table = self.scores(item["file"], first, pairs)
+                record["bad_lines"] += len(bad)
+                record["shown_bad"] += bad[: SHOWN - len(record["shown_bad"])]
+            else:
+                table = self.vectors(item["file"], first, lines)
+            name = f"part-{int(item['item']):06d}-{len(record['parts']):05d}.parquet"
+            write_part(self.out / name, table)
+            record["parts"].append(name)
+            record["part_rows"].append(len(lines))
+            record["invalid_utf8_lines"] += invalid
+        return record
 
     def vectors(self, file: str, first: int, lines: list[str]):
         import pyarrow as pa
@@ -152,14 +306,11 @@ class Parts:
         column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
         return keyed(file, first, len(lines)).append_column("vector", column)
 
-    def scores(self, file: str, first: int, lines: list[str]):
+    def scores(self, file: str, first: int, pairs: list[tuple[str, str]]):
         import pyarrow as pa
 
-        from paraphrastic.score_sentence_pairs import parse_pair_lines
-
-        pairs, _ = parse_pair_lines(lines, file, first + 1, self.skip_bad)
         scores = np.array(self.model.score_raw_text(pairs, self.batch_size), dtype=np.float64)
-        return keyed(file, first, len(lines)).append_column("score", pa.array(scores))
+        return keyed(file, first, len(pairs)).append_column("score", pa.array(scores))
 
 
 def keyed(file: str, first: int, count: int):
@@ -180,51 +331,116 @@ def write_part(path: Path, table) -> None:
     os.replace(tmp, path)
 
 
-def run(items: list[dict], out: Path, workers: int, actor: type | None = None, **parts) -> dict:
+def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
+        on_done: Callable[[dict], None] | None = None, **parts) -> dict:  # fmt: skip
     """Run the work items on `workers` actors (`actor`, Parts by default, made with **parts), IN_FLIGHT items
-    queued at each, the next item to the first actor done; returns rows and parts by item. Ray restarts a lost
-    actor and runs its items again. Plain Ray actors, not a Ray Data pipeline: its executor takes seconds to
-    start, which is much of a job of a few million lines."""
+    queued at each, the next item to the first actor done; `on_done` gets each item's record as it finishes.
+    A lost actor (its process or its node gone, or silent for STALL_TIMES an item's median time: a node whose
+    loss Ray has not noticed yet, a hung process) is replaced by a new one wherever the cluster has a CPU, and its
+    items go to the next actor free; after a bad item no later item starts, and the first bad one in input order
+    is raised. Plain Ray actors, not a Ray Data pipeline: its executor takes seconds to start, which is much of a
+    job of a few million lines."""
     ray = ray_module()
     if not items:
         return {}
-    remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)(actor or Parts)
-    team = [remote.remote(out=str(out), **parts) for _ in range(min(workers, len(items)))]
-    queue, running, done = list(reversed(items)), {}, {}
-    for member in team * IN_FLIGHT:
-        if queue:
-            running[member.run_item.remote(queue.pop())] = member
-    while running:
-        (ready,), _ = ray.wait(list(running), num_returns=1)
-        member = running.pop(ready)
-        row = ray.get(ready)
-        done[int(row["item"])] = row
-        if queue:
-            running[member.run_item.remote(queue.pop())] = member
-    failed = [str(done[k]["error"]) for k in sorted(done) if done[k]["error"]]
+    remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(actor or Parts)
+    queue, running, done, failed, hired, lost = list(reversed(items)), {}, {}, None, [], set()
+    heard, times = {}, []  # each actor's last sign of life; seconds between an actor's finished items
+    team: list = []  # the actors that have loaded the model and are not lost
+    lines = [i["lines"] for i in items]
+    parts.setdefault("share", sum(lines) // min(workers, len(items)) if min(lines) >= 0 else TORCH_FROM)
+
+    def hire() -> None:  # a new actor; it gets its items once it has loaded the model
+        hired.append(remote.remote(out=str(out), **parts))
+        running[hired[-1].__ray_ready__.remote()] = hired[-1], None
+
+    def fill() -> None:  # items to every actor of the team with fewer than IN_FLIGHT: the next to the first free
+        load = collections.Counter(member for member, item in running.values() if item is not None)
+        for member in team:
+            while queue and load[member] < IN_FLIGHT:
+                item = queue.pop()
+                running[member.run_item.remote(item)] = member, item
+                load[member] += 1
+
+    for _ in range(min(workers, len(items))):
+        hire()
+    with signals_noted() as signals:
+        try:
+            while queue or any(item is not None for _, item in running.values()):
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
+                if signals:
+                    raise Stopped("interrupted", 128 + signals[0])
+                silent(running, heard, times, lost)
+                if not ready:
+                    continue
+                member, item = running.pop(ready[0])
+                try:
+                    record = ray.get(ready[0])
+                except ray.exceptions.RayActorError:
+                    if item is not None:
+                        queue.append(item)  # run again, next
+                    if member not in lost:
+                        lost.add(member)
+                        team[:] = [m for m in team if m != member]
+                        if len(lost) > 4 * workers:
+                            raise
+                        hire()
+                    fill()
+                    continue
+                now = time.monotonic()
+                if item is None:
+                    heard[member] = now
+                    team.append(member)
+                    fill()
+                    continue
+                times.append(now - heard.get(member, now))
+                heard[member] = now
+                if record["error"]:
+                    failed = min(failed or record, record, key=lambda r: r["item"])
+                    queue = [i for i in queue if i["item"] < failed["item"]]
+                else:
+                    done[record["item"]] = record
+                    if on_done:
+                        on_done(record)
+                fill()
+        finally:
+            for member in hired:
+                ray.kill(member)
     if failed:  # the first bad input, in input order, as the local commands say it
-        kind, _, message = failed[0].partition(":")
+        kind, _, message = failed["error"].partition(":")
         raise (ModelError if kind == "ModelError" else InputError)(message)
     return done
 
 
-def output_folder(path: str | os.PathLike) -> Path:
-    """The --output-dir, made if missing; one that holds parts already is refused (they would mix)."""
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    if any(out.glob("part-*.parquet")):
-        raise InputError(f"{out}: holds Parquet parts of an earlier run already; give an empty or new --output-dir")
-    return out
+def silent(running: dict, heard: dict, times: list[float], lost: set) -> None:
+    """Kill the actors with items in flight that have been silent for longer than a stall (their items then fail
+    and run again elsewhere): Ray may take minutes to notice a lost node, and never notices a hung process."""
+    if not times:
+        return
+    ray = ray_module()
+    limit = max(STALL_S, STALL_TIMES * float(np.median(times)))
+    now = time.monotonic()
+    for member, item in list(running.values()):
+        if item is not None and member not in lost and now - heard.get(member, now) > limit:
+            heard[member] = now  # once
+            ray.kill(member, no_restart=True)
 
 
 def read_parts(folder: str | os.PathLike, columns: list[str] | None = None):
-    """The parts of a --output-dir as one pyarrow Table in input order (by file position, then line)."""
+    """The rows of a finished --output-dir as one pyarrow Table in input order: exactly the parts its manifest
+    lists, their row count checked; a folder without the manifest (a run not finished, killed or still running)
+    is refused, naming what is missing."""
     import pyarrow.parquet as pq
 
-    paths = sorted(Path(folder).glob("part-*.parquet"))
+    folder = Path(folder)
+    manifest = commit.manifest(folder)
+    paths = [folder / part["name"] for part in manifest["parts"]]
     if not paths:
-        raise InputError(f"{folder}: no part-*.parquet files")
-    return pq.read_table(paths, columns=columns) if len(paths) > 1 else pq.read_table(paths[0], columns=columns)
+        raise InputError(f"{folder}: its run had no lines to write")
+    table = pq.read_table(paths, columns=columns) if len(paths) > 1 else pq.read_table(paths[0], columns=columns)
+    if len(table) != manifest["rows"]:
+        raise InputError(f"{folder}: {len(table)} rows in its parts, its manifest says {manifest['rows']}")
+    return table
 
 
 def embed_dataset(ds, model: str | None = None, column: str = "text", batch_size: int = 8192, workers: int = 1):
@@ -247,22 +463,6 @@ class Batches:
         return batch
 
 
-def main_files(args, what: str, **parts) -> int:
-    """paraphrastic-embed or -score --engine ray: plan the --input files, run them on the actors, say what was
-    written. `parts`: what Parts takes beyond the model (score=True to score)."""
-    files = input_files(args.input)
-    load_encoder(args.load_file)  # a bad model fails here, in one line, not in every actor
-    out = output_folder(args.output_dir)
-    cpus = start(args.address, args.threads)
-    items = plan(files)
-    done = run(items, out, min(args.threads or cpus, cpus), model=args.load_file, batch_size=args.batch_size,
-               strict=args.strict, **parts)  # fmt: skip
-    stop()
-    rows, written = sum(int(r["rows"]) for r in done.values()), sum(int(r["parts"]) for r in done.values())
-    print(f"{what} {rows} lines of {len(files)} files into {written} Parquet parts in {out}", file=sys.stderr)
-    return 0
-
-
 def part_vectors(folder: Path, item: int | None = None) -> np.ndarray:
     """The vectors of one work item's parts (or of all parts) in a folder, in line order, float32 (rows, dim)."""
     import pyarrow.parquet as pq
@@ -275,81 +475,143 @@ def part_vectors(folder: Path, item: int | None = None) -> np.ndarray:
     return np.concatenate([t.flatten().to_numpy().reshape(-1, dim) for t in tables])
 
 
-def build_index(folder: str, path: str, rows: np.ndarray, args) -> tuple[str, np.ndarray]:
-    """A Ray task: the search structure over the key side's mined rows, as mine_bitext builds it (faiss, exact
-    or IVF on a seeded sample, serialized; without faiss the unit vectors for exact search)."""
-    from paraphrastic import knn, mine_bitext
-
-    knn.set_faiss_threads(1)
-    keys = mine_bitext.Side(Path(path), part_vectors(Path(folder)).astype(args.dtype), rows)
-    if not knn.have_faiss():
-        return "exact", mine_bitext.side_rows(keys, slice(None))
-    import faiss
-
-    return "faiss", faiss.serialize_index(mine_bitext.build_index(keys, mine_bitext.index_kind(len(rows), args), args))
+def index_task(folder: str, rows: np.ndarray, build: Callable):
+    """A Ray task: `build(vectors, rows)` over the vectors of a folder's parts (the key side of a search)."""
+    return build(part_vectors(Path(folder)), rows)
 
 
-def search_item(index: tuple[str, np.ndarray], folder: str, item: dict, rows: np.ndarray, k: int, args):
+def search_task(index, folder: str, item: dict, rows: np.ndarray, k: int, search: Callable):
     """A Ray task: (position of the item's first mined row, cosines, key positions) of the k nearest keys of each
-    mined row in one work item of the query side."""
-    from paraphrastic import knn
-
-    knn.set_faiss_threads(1)
+    mined row (`rows`: line numbers) in one work item, by `search(index, vectors, k)`."""
     vectors = part_vectors(Path(folder), int(item["item"]))
     lo, hi = np.searchsorted(rows, [item["first"], item["first"] + len(vectors)])
-    queries = knn.unit_rows(vectors[rows[lo:hi] - item["first"]].astype(args.dtype)) if hi > lo else None
-    if queries is None:
+    if hi <= lo:
         return int(lo), np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
-    kind, data = index
-    if kind == "exact":
-        sims, ids = knn.exact_topk(data, queries, k)
-    else:
-        import faiss
-
-        sims, ids = faiss.deserialize_index(data).search(queries, k)
-    sims[ids < 0] = -np.inf  # an IVF search that found fewer than k
-    return int(lo), sims, ids
+    return int(lo), *search(index, vectors[rows[lo:hi] - item["first"]], k)
 
 
-def nearest(keys, queries, k: int, args, parts: dict):
-    """mine_bitext.nearest_keys on Ray: the index built by one task, the query side searched item by item.
-    `parts`: each side's (folder of Parquet parts, work items), by its path."""
+def nearest(keys: tuple[str, np.ndarray], queries: tuple[str, list[dict], np.ndarray], k: int, build: Callable,
+            search: Callable) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The k nearest keys of every mined query row, on Ray: the keys (a folder of parts, the mined line numbers)
+    indexed by one task with `build`, the queries (folder, work items, mined line numbers) searched item by item
+    in parallel tasks with `search`. The caller (paraphrastic-mine) says what an index is."""
     ray = ray_module()
-    k = min(k, len(keys.rows))
-    from paraphrastic import mine_bitext
-
-    mine_bitext.index_kind(len(keys.rows), args)  # faiss where an IVF index is needed, as on one machine
-    (key_dir, _), (query_dir, query_items) = parts[keys.path], parts[queries.path]
-    index = ray.put(ray.get(ray.remote(num_cpus=1)(build_index).remote(str(key_dir), str(keys.path), keys.rows, args)))
-    rows = ray.put(queries.rows)
-    search = ray.remote(num_cpus=1)(search_item)
-    found = sorted(ray.get([search.remote(index, str(query_dir), item, rows, k, args) for item in query_items]),
+    (key_dir, key_rows), (query_dir, query_items, query_rows) = keys, queries
+    index = ray.put(ray.get(ray.remote(num_cpus=1)(index_task).remote(str(key_dir), key_rows, build)))
+    rows = ray.put(query_rows)
+    task = ray.remote(num_cpus=1)(search_task)
+    found = sorted(ray.get([task.remote(index, str(query_dir), item, rows, k, search) for item in query_items]),
                    key=lambda part: part[0])  # fmt: skip
     return np.concatenate([p[1] for p in found]), np.concatenate([p[2] for p in found])
 
 
-def main_mine(args) -> int:
-    """paraphrastic-mine --engine ray: both sides embedded on Ray, then mine_bitext.mine with the search above (the
-    keys indexed by one task, the queries searched item by item), its own margin scoring and retrieval on the
-    driver (k neighbours a line): the same pairs and scores as on one machine."""
-    from paraphrastic import mine_bitext
+class Stopped(Error):
+    """The run was interrupted (SIGINT, SIGTERM) or Ray failed under it; what is committed is kept for --resume."""
 
-    same = bool(args.paraphrase)
-    files = [Path(p) for p in ([args.paraphrase] if same else [args.source, args.target])]
-    cpus = start(args.address, args.threads)
-    with mine_bitext.work_dir(args) as work:
-        sides, parts = [], {}
-        for i, path in enumerate(files):
-            folder, items = work / f"side-{i}", plan([path])
-            folder.mkdir()
-            run(items, folder, min(args.threads or cpus, cpus), model=args.load_file, batch_size=args.batch_size,
-                strict=args.strict)  # fmt: skip
-            sides.append(mine_bitext.Side(path, None, mine_bitext.mined_rows(path, same, args)))
-            parts[path] = folder, items
-        source, target = sides[0], sides[-1]
-        search = functools.partial(nearest, parts=parts)
-        pairs = mine_bitext.mine(source, target, args, same, nearest=search)
-        kept = mine_bitext.write_pairs(Path(args.output_file), source, target, pairs, args)
-    stop()
-    print(f"wrote {kept} of {len(pairs[2])} retrieved pairs to {args.output_file} (Ray)", file=sys.stderr)
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@contextlib.contextmanager
+def signals_noted() -> Iterator[list[int]]:
+    """Inside the block SIGINT and SIGTERM are noted, not raised, in the list it yields: the driver's loop
+    stops at its next turn and cleans up (an exception raised from a handler inside Ray's waiting is lost)."""
+    noted: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: noted.append(signum)) for s in STOP_SIGNALS}
+    try:
+        yield noted
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def job_spec(files: list[Path], items: list[dict], args, kind: str, options: dict) -> dict:
+    """What a run is of, as the staging area and the manifest record it and --resume compares it: the inputs by
+    content, the model by content, the options that change the output, and the work items."""
+    model = model_path(args.load_file)
+    inputs = [{"file": str(f), "path": os.path.realpath(f), "bytes": f.stat().st_size,
+               "sha256": commit.file_digest(f)} for f in files]  # fmt: skip
+    return {"kind": kind, "inputs": inputs, "model": {"path": str(model), "sha256": commit.file_digest(model)},
+            "options": options, "items": [{k: i[k] for k in ("file", "first", "lines")} for i in items]}  # fmt: skip
+
+
+def main_files(args, kind: str, **parts) -> int:
+    """paraphrastic-embed or -score --engine ray: check the inputs and the model, claim --output-dir, run the
+    items not yet committed on the actors, publish. `kind` is embed or score; `parts`: what Parts takes beyond
+    the model (score=True to score)."""
+    files = input_files(args.input, parts.get("text_column") if kind == "embed" else None)
+    load_encoder(args.load_file)  # a bad model fails here, in one line, not in every actor
+    ray_module(local=not args.address)
+    out = Path(args.output_dir)
+    for f in files:
+        if out.resolve() in Path(os.path.realpath(f)).parents:
+            raise InputError(f"{f}: lies inside --output-dir {out}; write the output elsewhere")
+    items = plan(files)
+    options = {"strict": args.strict} | {k: v for k, v in parts.items() if k != "score"}
+    try:
+        job = commit.Job.open(out, job_spec(files, items, args, kind, options), resume=args.resume)
+    except commit.Finished as e:
+        print(str(e), file=sys.stderr)
+        return 0
+    try:
+        return run_job(job, items, args, kind, parts)
+    finally:
+        stop()
+
+
+def run_job(job: commit.Job, items: list[dict], args, kind: str, parts: dict) -> int:
+    """Run the job's uncommitted items, committing each as it finishes, then publish. A bad input removes the
+    run's folder and staging (a rerun would fail the same way); an interruption or a Ray failure keeps what is
+    committed and says how to resume."""
+    records = job.committed()
+    todo = [i for i in items if i["item"] not in records]
+    known = sum(i["lines"] for i in items if i["lines"] >= 0)
+    total = known if all(i["lines"] >= 0 for i in items) else None
+    bar = None
+
+    def done(record: dict) -> None:
+        job.commit(record)
+        records[record["item"]] = record
+        bar.update(sum(record["part_rows"]))
+
+    try:
+        cpus = start(args.address, args.threads)
+        bar = tqdm(total=total, unit=" line", disable=args.quiet, file=sys.stderr, desc=kind,
+                   initial=sum(sum(r["part_rows"]) for r in records.values()))  # fmt: skip
+        run(todo, job.staging, min(args.threads or cpus, cpus), on_done=done, model=args.load_file,
+            batch_size=args.batch_size, strict=args.strict, **parts)  # fmt: skip
+    except (Exception, KeyboardInterrupt) as e:
+        if bar is not None:
+            bar.leave = False  # the error line alone
+            bar.close()
+        if isinstance(e, InputError | ModelError):
+            job.release(keep=False)
+            raise
+        keep = bool(records)
+        job.release(keep=keep)
+        signalled = isinstance(e, KeyboardInterrupt | Stopped)
+        why = "interrupted" if signalled else f"stopped ({type(e).__name__}: {e})"
+        where = (f"{len(records)} of {len(items)} work items are committed in {job.out}; finish with: "
+                 f"{commit.resume_command(job.record['command'])}") if keep else "nothing was kept"  # fmt: skip
+        code = e.exit_code if isinstance(e, Stopped) else 143 if isinstance(e, Terminated) else 130 if signalled else 1
+        raise Stopped(f"{why}; {where}", code) from None
+    bar.close()
+    totals = {"bad_lines": sum(r["bad_lines"] for r in records.values()),
+              "invalid_utf8_lines": sum(r["invalid_utf8_lines"] for r in records.values())}  # fmt: skip
+    manifest = job.publish(records, totals)
+    report(manifest, records, kind, len(job.spec["inputs"]), job.out)
     return 0
+
+
+def report(manifest: dict, records: dict, kind: str, files: int, out: Path) -> None:
+    """The summary lines: rows written, bad lines (the first SHOWN named), lines with invalid UTF-8."""
+    what = {"embed": "embedded", "score": "scored"}[kind]
+    print(f"{what} {manifest['rows']} lines of {files} files into {len(manifest['parts'])} Parquet parts in {out}",
+          file=sys.stderr)  # fmt: skip
+    if manifest["bad_lines"]:
+        shown = [f"{records[k]['file']}:{n}" for k in sorted(records) for n in records[k]["shown_bad"]][:SHOWN]
+        print(f"{manifest['bad_lines']} bad lines (not exactly one tab) scored nan: line {', '.join(shown)}"
+              + (", ..." if manifest["bad_lines"] > SHOWN else ""), file=sys.stderr)  # fmt: skip
+    if manifest["invalid_utf8_lines"]:
+        print(f"{manifest['invalid_utf8_lines']} lines held invalid UTF-8 (replaced by U+FFFD)", file=sys.stderr)

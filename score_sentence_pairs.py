@@ -15,20 +15,20 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from paraphrastic.embed_sentences import add_engine_args
+from paraphrastic import ray_engine
 from paraphrastic.fileio import (
-    InputError,
     at_least,
     atomic_output,
     cli_parser,
     count_lines,
     decode_raw,
+    device_name,
     iter_line_blocks,
     open_input,
+    parse_pair_lines,
     refuse_same_file,
     remove_stale_temps,
     run_cli,
-    split_pair,
 )
 from paraphrastic.static import load_encoder, model_path, tally_unknown, unknown_warning, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads
@@ -53,37 +53,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--batch-size", type=at_least(1), default=8192, help="pairs per tokenize+pool step")
     p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, or auto")
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_engine_args(p, "sentence1<TAB>sentence2 lines (plain or .gz)")
+    ray_engine.add_args(p, "sentence1<TAB>sentence2 lines (plain or .gz)")
     args = p.parse_args(argv)
     if args.engine == "ray":
         if args.sentence_pair_file or args.output_file:
             p.error("--engine ray takes --input and --output-dir (Parquet parts), not --sentence-pair-file")
         if not (args.input and args.output_dir):
             p.error("--engine ray needs --input PATTERN... and --output-dir")
+    elif args.input or args.output_dir or args.resume:
+        p.error(
+            "--input, --output-dir and --resume are options of --engine ray (add --engine ray, or use "
+            "--sentence-pair-file)"
+        )
     elif not args.sentence_pair_file:
         p.error("--sentence-pair-file is required (or --engine ray with --input)")
     return args
-
-
-def parse_pair_lines(
-    lines: list[str], path: str, first_line: int, skip_bad: bool
-) -> tuple[list[tuple[str, str]], list[int]]:
-    """Split a chunk of lines into pairs, one per line; under `skip_bad` a bad line becomes
-    (its text, "") and its line number is returned."""
-    pairs, bad = [], []
-    for i, line in enumerate(lines):
-        try:
-            pairs.append(split_pair(line, path, first_line + i))
-        except InputError:
-            if not skip_bad:
-                raise
-            pairs.append((line.replace("\t", " "), ""))
-            bad.append(first_line + i)
-    return pairs, bad
 
 
 def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], int, dict]:
@@ -133,9 +121,7 @@ def line_list(numbers: list[int], shown: int = SHOWN, count: int = 0) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.engine == "ray":
-        from paraphrastic import ray_engine
-
-        return ray_engine.main_files(args, "scored", score=True, skip_bad=args.skip_bad_lines)
+        return ray_engine.main_files(args, "score", score=True, skip_bad=args.skip_bad_lines)
     use_threads(args.threads)
     open_input(args.sentence_pair_file)
     refuse_same_file(args.output_file, args.sentence_pair_file, model_path(args.load_file), args.sp_model)

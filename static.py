@@ -28,7 +28,7 @@ import numpy as np
 import sentencepiece as spm
 
 from paraphrastic import workers
-from paraphrastic.fileio import ModelError, write_npy_rows
+from paraphrastic.fileio import ModelError, process_alive, temp_owner, write_npy_rows
 from paraphrastic.workers import Workers
 
 FORMAT = "paraphrastic-sp"
@@ -38,6 +38,8 @@ DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.p
 SHIPPED = {"default": DEFAULT_MODEL, "multilingual": DEFAULT_MODEL.with_name("multilingual.pt")}
 PARALLEL_MIN = 20_000  # texts from which embed_raw_text starts worker processes: fewer take well under a second
 JOB_TEXTS = 8192  # texts in one worker's job
+SHM_DIR = Path("/dev/shm")  # memory-backed files, where the system has them
+SHARED_ROWS = "paraphrastic-rows"  # name of the shared-memory files of encode's workers: NAME.PID.XXXXXXXX.npy
 TORCH_FROM = 600_000  # texts a process pools before torch's faster kernel has repaid its import
 ENGLISH_ONLY = (
     "the shipped English model reads English only: for other languages and translations use --load-file multilingual"
@@ -248,11 +250,17 @@ def _tokens_job(model: Encoding, job: tuple[Sequence[str], int]) -> tuple[np.nda
 @contextlib.contextmanager
 def shared_rows(rows: int, dim: int) -> Iterator[tuple[Path, np.ndarray]]:
     """A float32 .npy of (rows, dim) that worker processes fill by name, and the caller's array over it: in
-    /dev/shm where it has room, else in the temporary folder; its name is gone after the block, its rows stay."""
+    /dev/shm where it has room, else in the temporary folder; its name is gone after the block, its rows stay.
+    The name holds this process's id: the files of killed processes are removed here, by the next call."""
     size = rows * dim * 4 + 4096
-    shm = Path("/dev/shm")
+    shm = SHM_DIR
     room = shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * size
-    fd, name = tempfile.mkstemp(prefix="paraphrastic-rows.", suffix=".npy", dir=shm if room else None)
+    folder = shm if room else Path(tempfile.gettempdir())
+    for old in folder.glob(f"{SHARED_ROWS}.*.npy"):
+        owner = temp_owner(old.name, SHARED_ROWS)
+        if owner is not None and not process_alive(owner):
+            old.unlink(missing_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f"{SHARED_ROWS}.{os.getpid()}.", suffix=".npy", dir=folder)
     os.close(fd)
     try:
         out = np.lib.format.open_memmap(name, mode="w+", dtype=np.float32, shape=(rows, dim))

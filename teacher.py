@@ -29,7 +29,16 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from paraphrastic.fileio import InputError, atomic_path, cli_parser, iter_line_chunks, open_input, read_lines, run_cli
+from paraphrastic.fileio import (
+    InputError,
+    atomic_path,
+    cli_parser,
+    device_name,
+    iter_line_chunks,
+    open_input,
+    read_lines,
+    run_cli,
+)
 from paraphrastic.models import ModelError, SPModel, Tokenizer, native_bf16
 from paraphrastic.static import flatten, unit_rows
 
@@ -366,7 +375,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dim", type=int, default=300, help="dimension after PCA (at most the teachers' together)")
     p.add_argument("--sif-a", type=float, default=1e-3, help="frequency weight a / (a + p) (default 1e-3)")
     p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True, help="lowercase text (default)")
-    p.add_argument("--device", default="cpu", help="device of the teacher (cpu or cuda)")
+    p.add_argument("--device", type=device_name, default="cpu", help="device of the teacher (cpu, cuda, cuda:N)")
     return p.parse_args(argv)
 
 

@@ -55,6 +55,7 @@ from paraphrastic.fileio import (
     at_least,
     atomic_output,
     cli_parser,
+    device_name,
     iter_line_chunks,
     lock_folder,
     open_input,
@@ -129,25 +130,24 @@ def sentencepiece_from_text(
 ) -> bytes:
     """Train the sentencepiece model on the distinct sentences of both sides (at most SP_SENTENCES)."""
     seen: set[int] = set()
-    temp = dict(dir=workdir, prefix=f".{SP_INPUT}.", suffix=".tmp", delete=False)
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", **temp) as f, reporting_full_disk(workdir / SP_INPUT):
-        tmp = Path(f.name)
-        for src, tgt in iter_pairs(path, skip_bad):
-            text = "\n".join(itertools.chain(src, tgt))
-            fresh = [s for s in (text.lower() if lowercase else text).split("\n") if s and hash(s) not in seen]
-            seen.update(map(hash, fresh))
-            f.write("".join(s + "\n" for s in fresh))
-            if len(seen) >= SP_SENTENCES:
-                break
-    if not seen:
-        tmp.unlink()
-        raise InputError(
-            f"{path}: no training pairs (every line empty or bad); check the file, or drop --skip-bad-lines"
-        )
+    fd, name = tempfile.mkstemp(dir=workdir, prefix=f".{SP_INPUT}.{os.getpid()}.", suffix=".tmp")  # stale: removable
+    tmp = Path(name)
     try:
+        with open(fd, "w", encoding="utf-8") as f, reporting_full_disk(workdir / SP_INPUT):
+            for src, tgt in iter_pairs(path, skip_bad):
+                text = "\n".join(itertools.chain(src, tgt))
+                fresh = [s for s in (text.lower() if lowercase else text).split("\n") if s and hash(s) not in seen]
+                seen.update(map(hash, fresh))
+                f.write("".join(s + "\n" for s in fresh))
+                if len(seen) >= SP_SENTENCES:
+                    break
+        if not seen:
+            raise InputError(
+                f"{path}: no training pairs (every line empty or bad); check the file, or drop --skip-bad-lines"
+            )
         return train_sentencepiece(tmp, vocab_size, threads)
     finally:
-        tmp.unlink()
+        tmp.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- objective
@@ -1295,7 +1295,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--skip-bad-lines", action="store_true", help="skip malformed training lines instead of failing")
     p.add_argument("--seed", type=int, default=1, help="seed of the initialisation, data order and dropout")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --output-dir")
     p.add_argument(
         "--force-resume",

@@ -14,6 +14,8 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +26,7 @@ from typing import Any
 from paraphrastic.fileio import Error
 
 IN_FLIGHT = 2  # jobs per worker submitted ahead: one running, one queued
+PARENT_POLL_S = 0.5  # how often a worker checks that its parent lives
 _model = None  # this worker's model, set when the worker starts
 _threads: int | None = None  # set by use_threads
 
@@ -74,13 +77,23 @@ def running_tasks() -> int | None:
         return None
 
 
-def _start(model) -> None:
+def _start(model, parent: int) -> None:
     global _model
     _model = model
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     gc.freeze()  # what the fork brought is never garbage here: collections skip it (a seventh of the time)
     if torch := sys.modules.get("torch"):
         torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle, once
+
+
+def _watch_parent(parent: int) -> None:
+    """A worker's thread: end the worker once its parent is gone (killed, even by SIGKILL), so that no worker
+    lives on holding its memory; it polls, since the parent-death signal follows the forking thread, not the
+    process."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
 
 
 def _run(fn: Callable, job: Any) -> Any:
@@ -97,7 +110,9 @@ class Workers:
         self.pool: cf.ProcessPoolExecutor | None = None
         if self.size > 1:
             fork = multiprocessing.get_context("fork")  # the model reaches the workers without pickling
-            self.pool = cf.ProcessPoolExecutor(self.size, mp_context=fork, initializer=_start, initargs=(model,))
+            self.pool = cf.ProcessPoolExecutor(
+                self.size, mp_context=fork, initializer=_start, initargs=(model, os.getpid())
+            )
 
     def map(self, fn: Callable[[Any, Any], Any], jobs: Iterable) -> Iterator:
         """fn(model, job) for each job, results in the order of the jobs. `fn` must be a module-level function

@@ -78,7 +78,7 @@ def main() -> None:
             rays, locals_, drivers = [], [], []
             for k in range(args.repeats):
                 ray_s, driver = timed([str(BIN / "paraphrastic-embed"), "--engine", "ray", "--input",
-                                       str(folder / "in" / "*"), "--output-dir", str(folder / f"out{k}")])  # fmt: skip
+                                       str(folder / "in" / "*"), "--output-dir", str(folder / f"out{k}"), "--quiet"])  # fmt: skip
                 local_s, _ = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(whole), "--output-file",
                                     str(folder / "all.npy"), "--threads", str(cores), "--quiet"])  # fmt: skip
                 rays, locals_, drivers = rays + [ray_s], locals_ + [local_s], drivers + [driver]

@@ -16,6 +16,10 @@ from paraphrastic import models
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Every Ray of the tests stays on loopback: with this set before Ray is imported, Ray keeps 127.0.0.1 for its
+# nodes and its drivers instead of swapping in the machine's network address (its drivers inherit it too).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
 SHARED_DATA = Path(os.environ.get("PARAPHRASTIC_DATA", ROOT.parent / "shared" / "data"))
 
 SUBJECTS = ["a man", "the woman", "two dogs", "a young girl", "the old chef", "three kids", "a cyclist"]

@@ -6,6 +6,7 @@ import gzip
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -133,13 +134,15 @@ class DyingParts(Parts):
 
 
 def test_a_worker_killed_mid_job_still_gives_every_line_once(engine, tiny_model_file, tmp_path):
+    import pyarrow.parquet as pq
+
     files = awkward_files(tmp_path / "in")
     out = tmp_path / "vectors"
     out.mkdir()
     items = engine.plan(files, lines_per_item=40)  # several items a file
     engine.run(items, out, 2, actor=DyingParts, model=str(tiny_model_file))
     assert (out / "killed-once").exists()  # the worker did die, and its item was run again
-    table = engine.read_parts(out)
+    table = pq.read_table(sorted(out.glob("part-*.parquet")))  # the parts run() wrote (no manifest: no job)
     keys = list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True))
     assert (
         len(keys)
@@ -151,6 +154,33 @@ def test_a_worker_killed_mid_job_still_gives_every_line_once(engine, tiny_model_
     assert embed_sentences.main([*map(str, args), "--output-file", str(single), "--quiet"]) == 0
     vectors = table.column("vector").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
     assert vectors.tobytes() == np.load(single).tobytes()
+
+
+class HangingParts(Parts):
+    """Parts whose actor hangs the first time it reaches work item 5 (a marker file remembers)."""
+
+    def work(self, item):
+        marker = self.out / "hung-once"
+        if int(item["item"]) == 5 and not marker.exists():
+            marker.write_text(str(os.getpid()))
+            time.sleep(3600)
+        return super().work(item)
+
+
+def test_a_hung_worker_is_replaced_and_its_item_run_again(engine, tiny_model_file, tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(engine, "STALL_S", 2.0)
+    files = awkward_files(tmp_path / "in")
+    out = tmp_path / "vectors"
+    out.mkdir()
+    began = time.monotonic()
+    done = engine.run(engine.plan(files, lines_per_item=40), out, 2, actor=HangingParts, model=str(tiny_model_file))
+    assert (out / "hung-once").exists() and time.monotonic() - began < 60
+    table = pq.read_table(sorted(out.glob("part-*.parquet")))
+    keys = list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True))
+    lines = sum(len(concatenation([f], tmp_path / "one.txt").read_bytes().splitlines()) for f in files)
+    assert len(keys) == len(set(keys)) == sum(sum(r["part_rows"]) for r in done.values()) == lines
 
 
 def test_the_ray_data_stage_adds_a_vector_column(engine, tiny_model_file):
@@ -179,6 +209,7 @@ def test_bad_input_on_ray_is_one_clear_error(engine, tiny_model_file, tmp_path, 
     args = ["--engine", "ray", "--input", str(tmp_path / "p.tsv"), "--output-dir", str(tmp_path / "o")]
     assert score_sentence_pairs.main([*args, "--load-file", str(tiny_model_file)]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'p.tsv'}:2: expected")
+    assert not (tmp_path / "o").exists()  # nothing left behind
     args[-1] = str(tmp_path / "o2")
     assert score_sentence_pairs.main([*args, "--load-file", str(tmp_path / "nope.pt")]) == 2
     assert "no such model file" in capsys.readouterr().err

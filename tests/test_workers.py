@@ -3,6 +3,10 @@ dies stops the run with one clear error and no output."""
 
 import os
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,3 +123,47 @@ def test_workers_keep_input_order_with_bounded_jobs_in_flight(tiny_model):
 
 def square(model, job):
     return job * job
+
+
+def children(pid: int) -> list[int]:
+    """Live (not zombie) processes whose parent is `pid`, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_command_leaves_no_worker_and_sigterm_no_temporary(tiny_model_file, tmp_path, how):
+    """paraphrastic-embed --threads 2 killed while its workers run: no worker alive 5 s later (they watch their
+    parent); SIGTERM is Ctrl-C's clean-up (temporary output removed) and exit 143."""
+    path = tmp_path / "big.txt"
+    path.write_text("".join(s + "\n" for s in generated_sentences(2000, seed=4)) * 400)
+    cmd = [sys.executable, "-m", "paraphrastic.embed_sentences", "--sentence-file", str(path), "--output-file",
+           str(tmp_path / "out.npy"), "--load-file", str(tiny_model_file), "--threads", "2", "--quiet"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while len(children(proc.pid)) < 2:
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    workers = children(proc.pid)
+    time.sleep(0.5)
+    proc.send_signal(how)
+    code = proc.wait()
+    time.sleep(5)
+    assert [pid for pid in workers if alive(pid)] == []
+    if how == signal.SIGTERM:
+        assert code == 143 and "interrupted" in proc.stderr.read()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["big.txt", "tiny.pt"]

@@ -1,0 +1,303 @@
+"""Exactly-once output folders for jobs that write parts from many workers (the Ray engine), in the manner of
+Hadoop's and Spark's output committers: claim the folder, stage, commit work items, publish, manifest last.
+
+    OUT/_claim             the run that owns the folder (held under an exclusive lock while it runs)
+    OUT/_temporary/        staging: job.json (what the run is of), items/NNNNNN.json (committed items), parts
+    OUT/part-*.parquet     published parts, moved out of staging only once every item is committed
+    OUT/_SUCCESS           the manifest (inputs, model, options, every part and its rows), written last
+
+A folder is claimed by linking a locked file as `_claim` (an atomic step: of two runs exactly one gets it); the
+lock dies with its process, so a later run can tell a running job from a stopped one. A reader trusts a folder
+only when `_SUCCESS` is there, and reads exactly the parts it lists. A stopped run is finished by the same command
+with --resume: the staged job must be of the same inputs (content hashes), model and options, and only the work
+items without a commit record run again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+from paraphrastic.fileio import InputError, OutputError, atomic_output
+
+CLAIM, STAGING, MANIFEST = "_claim", "_temporary", "_SUCCESS"
+FORMAT = "paraphrastic-parts"
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """The sha256 of a file's whole content, streamed (about a second for a GB)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write a JSON file atomically (a reader sees the old file, or the whole new one)."""
+    with atomic_output(path, "w") as f:
+        json.dump(data, f, indent=1)
+
+
+def read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: unreadable ({e}); it is not a file this toolkit wrote whole") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a JSON object; it is not a file this toolkit wrote")
+    return data
+
+
+class Job:
+    """An output folder claimed by this process: parts are written into `staging`, each finished work item is
+    recorded with `commit`, and `publish` moves the parts out and writes the manifest last."""
+
+    def __init__(self, out: Path, held: tuple, made: bool, spec: dict):
+        self.out, (self.handle, self.record, _), self.made, self.spec = out, held, made, spec
+        self.staging, self.staged = out / STAGING, False  # staged: the staging area is this run's to remove
+
+    @classmethod
+    def open(cls, out: str | os.PathLike, spec: dict, resume: bool = False) -> Job:
+        """Claim `out` for a job of `spec` (inputs, model, options, items): a new or empty folder, or with
+        `resume` the folder of a stopped job of the same spec. Refusals are one InputError naming the folder."""
+        out = Path(out)
+        if out.exists() and not out.is_dir():
+            raise InputError(f"{out}: is a file; --output-dir takes a folder (new or empty)")
+        if resume and (out / MANIFEST).exists():
+            raise Finished(check_same(out, read_json(out / MANIFEST), spec, "finished run"))
+        made = not out.exists()
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"{out}: cannot make the folder ({e.strerror.lower()})") from None
+        try:
+            held = (*take_over(out), True) if resume and (out / CLAIM).exists() else (*claim(out), False)
+        except BaseException:
+            if made:
+                with contextlib.suppress(OSError):
+                    out.rmdir()
+            raise
+        job = cls(out, held, made, spec)
+        try:
+            job.stage(took_over=resume and held[2])
+        except BaseException:
+            job.release(keep=held[2])
+            raise
+        return job
+
+    def stage(self, took_over: bool) -> None:
+        """Check the folder holds nothing else, then make the staging area, or adopt the staging of the stopped
+        run whose claim this run `took_over`."""
+        job_file = self.staging / "job.json"
+        if took_over and job_file.exists():
+            check_same(self.out, read_json(job_file), self.spec, "stopped run")
+            self.staged = True
+            return
+        ours = (CLAIM, STAGING) if took_over else (CLAIM,)
+        others = sorted(p.name for p in self.out.iterdir() if p.name not in ours)
+        if (self.out / MANIFEST).exists():
+            raise InputError(f"{self.out}: holds the finished output of an earlier run; give a new --output-dir")
+        if others:
+            raise InputError(
+                f"{self.out}: is not empty ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); "
+                "give a new or empty --output-dir"
+            )
+        self.staged = True
+        shutil.rmtree(self.staging, ignore_errors=True)  # that of a run that died before recording its job
+        (self.staging / "items").mkdir(parents=True)
+        write_json(job_file, self.spec)
+
+    def committed(self) -> dict[int, dict]:
+        """The records of the work items already committed (by this run or the stopped one it resumes)."""
+        records = {}
+        for path in (self.staging / "items").glob("*.json"):
+            record = read_json(path)
+            if all((self.staging / name).exists() or (self.out / name).exists() for name in record["parts"]):
+                records[int(record["item"])] = record
+        return records
+
+    def commit(self, record: dict) -> None:
+        """Record one finished work item (its parts already renamed into staging): a resumed run skips it."""
+        write_json(self.staging / "items" / f"{int(record['item']):06d}.json", record)
+
+    def publish(self, records: dict[int, dict], totals: dict) -> dict:
+        """Move every committed item's parts out of staging, in order, then write the manifest last; a crash in
+        between leaves a folder without `_SUCCESS`, which --resume finishes (a part moved already is kept)."""
+        parts = []
+        for k in sorted(records):
+            for name, rows in zip(records[k]["parts"], records[k]["part_rows"], strict=True):
+                if (self.staging / name).exists():
+                    os.replace(self.staging / name, self.out / name)
+                parts.append({"name": name, "rows": rows})
+        manifest = {"format": FORMAT, "version": 1, **self.spec, "run": self.record, "finished": now()}
+        manifest |= totals | {"rows": sum(p["rows"] for p in parts), "parts": parts}
+        write_json(self.out / MANIFEST, manifest)
+        shutil.rmtree(self.staging, ignore_errors=True)
+        self.release(keep=False)
+        return manifest
+
+    def release(self, keep: bool) -> None:
+        """Give the folder up: with `keep` the staging and the claim stay (unlocked: --resume takes them over);
+        without, everything this run made goes, the folder too if the run made it and it is empty."""
+        if not keep:
+            if self.staged:
+                shutil.rmtree(self.staging, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.out / CLAIM)
+            if self.made:
+                with contextlib.suppress(OSError):
+                    self.out.rmdir()
+        self.handle.close()
+
+
+class Finished(Exception):
+    """--resume on a folder whose run had finished already, with the same inputs, model and options."""
+
+
+def run_record() -> dict:
+    """Who this run is: an id, the host and process, when it started and its command line."""
+    return {"run": uuid.uuid4().hex[:12], "host": socket.gethostname(), "pid": os.getpid(), "started": now(),
+            "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])}  # fmt: skip
+
+
+def claim(out: Path) -> tuple:
+    """Claim `out`: a locked file linked as `_claim` (the link fails if another run has it); returns the open
+    file, whose lock is this run's hold on the folder until it is closed or the process dies, and the record."""
+    record = run_record()
+    tmp = out / f".{CLAIM}.{os.getpid()}.{record['run']}.tmp"
+    handle = open(tmp, "w+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        json.dump(record, handle)
+        handle.flush()
+        os.link(tmp, out / CLAIM)
+    except FileExistsError:
+        handle.close()
+        raise InputError(refusal(out)) from None
+    except BaseException:
+        handle.close()
+        raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return handle, record
+
+
+def take_over(out: Path) -> tuple:
+    """--resume: lock the claim of a stopped run and make it this run's (one that still runs is refused)."""
+    handle = open(out / CLAIM, "r+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(out / CLAIM).st_ino != os.fstat(handle.fileno()).st_ino:
+            raise BlockingIOError  # the run that held it finished and removed it while we waited
+    except (BlockingIOError, FileNotFoundError):
+        handle.close()
+        raise InputError(refusal(out)) from None
+    try:
+        old = json.loads(handle.read())
+    except ValueError:
+        old = {}
+    record = run_record()
+    if isinstance(old, dict) and isinstance(old.get("command"), str):
+        record["command"] = old["command"]  # the job's first command line: the one a later --resume repeats
+    handle.seek(0)
+    handle.truncate()
+    json.dump(record, handle)
+    handle.flush()
+    return handle, record
+
+
+def running(out: Path) -> bool:
+    """Whether the run that claimed `out` holds its lock still (is alive)."""
+    try:
+        with open(out / CLAIM, "rb") as f:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except FileNotFoundError:
+        return False
+    return False
+
+
+def refusal(out: Path) -> str:
+    """Why `out` cannot be claimed: in use by a running job, or holding a stopped one to resume."""
+    try:
+        record = json.loads((out / CLAIM).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    record = record if isinstance(record, dict) else {}
+    who = f"run {record.get('run', '?')} (pid {record.get('pid', '?')} on {record.get('host', '?')}, since " \
+          f"{record.get('started', '?')})"  # fmt: skip
+    if running(out):
+        return f"{out}: in use by {who}: `{record.get('command', '?')}`; wait for it or give another --output-dir"
+    try:
+        items = len(read_json(out / STAGING / "job.json")["items"])
+        done = f" ({len(list((out / STAGING / 'items').glob('*.json')))} of {items} work items committed)"
+    except (InputError, KeyError, TypeError):
+        done = ""
+    return (
+        f"{out}: holds the unfinished work of {who}{done}, which stopped; finish it with: "
+        f"{resume_command(record.get('command', 'the same command'))} (or give another --output-dir)"
+    )
+
+
+def resume_command(command: str) -> str:
+    """The command line that finishes a stopped run of `command`."""
+    return command if " --resume" in f" {command}" else f"{command} --resume"
+
+
+def check_same(out: Path, staged: dict, spec: dict, what: str) -> str:
+    """Refuse to resume a staged or finished job of other inputs, model or options; returns a line saying what
+    the folder holds."""
+    for key, name in (("kind", "command"), ("inputs", "inputs"), ("model", "model"), ("options", "options")):
+        if staged.get(key) != spec.get(key):
+            differ = ""
+            if key == "inputs":
+                old = {i["path"]: i for i in staged.get("inputs") or []}
+                new = {i["path"]: i for i in spec["inputs"]}
+                changed = [p for p in new if p in old and old[p] != new[p]]
+                differ = f" ({changed[0]} changed since)" if changed else " (other files)"
+            raise InputError(
+                f"{out}: its {what} was of other {name}{differ}; --resume finishes a run of the same inputs, model "
+                "and options (give a new --output-dir for this one)"
+            )
+    rows = staged.get("rows")
+    return f"{out}: finished already ({rows} rows); nothing to do" if rows is not None else ""
+
+
+def manifest(folder: str | os.PathLike) -> dict:
+    """The manifest of a finished output folder, or one InputError saying what is missing and why."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such folder")
+    if not (folder / MANIFEST).exists():
+        if (folder / CLAIM).exists() or (folder / STAGING).exists():
+            raise InputError(f"{folder}: has no {MANIFEST}: its run has not finished. {refusal(folder)}")
+        raise InputError(f"{folder}: has no {MANIFEST} manifest: not a finished output of --engine ray")
+    data = read_json(folder / MANIFEST)
+    if data.get("format") != FORMAT or not isinstance(data.get("parts"), list):
+        raise InputError(f"{folder / MANIFEST}: not a manifest of paraphrastic's parts")
+    missing = [p["name"] for p in data["parts"] if not (folder / p["name"]).is_file()]
+    if missing:
+        raise InputError(f"{folder}: {len(missing)} parts its manifest lists are missing ({missing[0]}, ...)")
+    return data
+
+
+def output_of(path: Path) -> Path | None:
+    """The output folder of ours that a file lies in (a part, or a staged part), if any."""
+    for folder in (path.parent, path.parent.parent):
+        if any((folder / name).exists() for name in (CLAIM, STAGING, MANIFEST)):
+            return folder
+    return None

@@ -1,0 +1,298 @@
+"""Ray jobs one can trust (commit.py, ray_engine.py): a folder claimed by one run, published with a manifest
+written last, a killed driver resumed to the straight run's rows, each input once, nothing left behind by an
+error or a kill, and the feedback of the local commands. The drivers run as processes of their own, joined to
+this module's local Ray (killing one leaves the cluster up), or starting their own where that is the point."""
+
+import ast
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import generated_sentences, need
+
+from paraphrastic import commit, embed_sentences, score_sentence_pairs
+
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray with 2 CPUs; yields its address for drivers in other processes."""
+    ray = need("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    address = ray.get_runtime_context().gcs_address
+    assert address.startswith("127.0.0.1:")  # loopback only (conftest)
+    yield address
+    ray.shutdown()
+
+
+@pytest.fixture
+def inputs(tmp_path) -> list[Path]:
+    """12 small text files (one work item each), 2,400 lines in all."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    sentences = generated_sentences(2400, seed=21)
+    files = []
+    for i in range(12):
+        path = folder / f"t{i:02d}.txt"
+        path.write_text("".join(s + "\n" for s in sentences[i * 200 : (i + 1) * 200]))
+        files.append(path)
+    return files
+
+
+def embed_cmd(model: Path, out: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "paraphrastic.embed_sentences", "--engine", "ray", "--load-file", str(model),
+            "--output-dir", str(out), *args]  # fmt: skip
+
+
+def rows_of(folder: Path) -> tuple[list, bytes]:
+    """(file, line) keys and the vector bytes of a finished folder, read through its manifest."""
+    from paraphrastic.ray_engine import read_parts
+
+    table = read_parts(folder)
+    keys = list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True))
+    return keys, table.column("vector").combine_chunks().flatten().to_numpy().tobytes()
+
+
+def straight(cluster, model, files, out) -> tuple[list, bytes]:
+    args = ["--engine", "ray", "--address", cluster, "--input", *map(str, files), "--output-dir", str(out)]
+    assert embed_sentences.main([*args, "--load-file", str(model), "--quiet"]) == 0
+    return rows_of(out)
+
+
+def ray_family(driver: int) -> list:
+    """The processes of the Ray a driver started: its descendants (GCS, raylet, Ray's helpers and agents, the
+    actors' workers), as psutil processes (psutil comes with Ray)."""
+    import psutil
+
+    return psutil.Process(driver).children(recursive=True)
+
+
+def title(proc) -> str:
+    """A process's command line ('' once it is gone)."""
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def alive_of(family: list, raylets: set[int]) -> list[str]:
+    """Which of a Ray's processes live on, and any other process its raylet started (found by its environment)."""
+    import psutil
+
+    found = {p.pid: p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE}
+    for proc in psutil.process_iter():
+        try:
+            env = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(f"RAY_RAYLET_PID={pid}".encode() in env for pid in raylets):
+            found[proc.pid] = proc
+    return [f"{pid} {title(proc)[:80]}" for pid, proc in found.items() if proc.is_running()]
+
+
+def test_a_driver_killed_at_random_moments_resumes_to_the_straight_run(cluster, tiny_model_file, inputs, tmp_path):
+    """Fault injection: 10 seeded runs, each driver SIGKILLed at a random moment of a run's span, then resumed
+    with --resume: every output equals the straight run's, key for key and vector for vector, and until it is
+    resumed no reader takes a folder for complete."""
+    began = time.perf_counter()
+    want = straight(cluster, tiny_model_file, inputs, tmp_path / "straight")
+    span = time.perf_counter() - began + 2.0  # a driver's own start: Python, the imports, joining the cluster
+    for seed in range(10):
+        out = tmp_path / f"killed-{seed}"
+        cmd = embed_cmd(tiny_model_file, out, "--address", cluster, "--quiet", "--input", *map(str, inputs))
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(random.Random(seed).uniform(0.3, span))
+        proc.kill()
+        proc.wait()
+        if out.exists() and not (out / commit.MANIFEST).exists():
+            with pytest.raises(Exception, match="has not finished|no _SUCCESS"):
+                rows_of(out)
+        args = ["--engine", "ray", "--address", cluster, "--input", *map(str, inputs), "--output-dir", str(out)]
+        assert embed_sentences.main([*args, "--load-file", str(tiny_model_file), "--quiet", "--resume"]) == 0
+        assert rows_of(out) == want, f"seed {seed}"
+        assert sorted(p.name for p in out.iterdir() if not p.name.startswith("part-")) == [commit.MANIFEST]
+
+
+def test_two_runs_started_together_into_one_folder_one_wins(cluster, tiny_model_file, inputs, tmp_path):
+    out = tmp_path / "shared"
+    cmds = [embed_cmd(tiny_model_file, out, "--address", cluster, "--quiet", "--input", *map(str, files))
+            for files in (inputs[:6], inputs[6:])]  # fmt: skip
+    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for c in cmds]  # fmt: skip
+    results = [(p.wait(), p.stderr.read()) for p in procs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    winner = [code for code, _ in results].index(0)
+    error = results[1 - winner][1].strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"error: {out}: ") and "output-dir" in error[0]
+    keys, _ = rows_of(out)
+    mine = inputs[:6] if winner == 0 else inputs[6:]
+    assert keys == [(str(f), line) for f in mine for line in range(200)]
+
+
+def test_a_claimed_folder_is_refused_while_its_run_holds_it(tmp_path):
+    spec = {"kind": "embed", "inputs": [], "model": {}, "options": {}, "items": []}
+    job = commit.Job.open(tmp_path / "o", spec)
+    for resume in (False, True):
+        with pytest.raises(commit.InputError, match="in use by run"):
+            commit.Job.open(tmp_path / "o", spec, resume=resume)
+    job.release(keep=True)  # as a killed run leaves it
+    with pytest.raises(commit.InputError, match="unfinished work .* --resume"):
+        commit.Job.open(tmp_path / "o", spec)
+    with pytest.raises(commit.InputError, match="other inputs"):
+        commit.Job.open(tmp_path / "o", spec | {"inputs": [{"path": "x"}]}, resume=True)
+    job = commit.Job.open(tmp_path / "o", spec, resume=True)
+    job.publish({}, {})
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [commit.MANIFEST]
+
+
+def test_each_file_is_read_once_whatever_names_reach_it(cluster, tiny_model_file, inputs, tmp_path, monkeypatch):
+    monkeypatch.chdir(inputs[0].parent)
+    names = ["t00.txt", "t0*.txt", "./t00.txt", str(inputs[0]), "../in/t01.txt"]
+    keys, _ = straight(cluster, tiny_model_file, names, tmp_path / "o")
+    assert len(keys) == len(set(keys)) == 10 * 200
+
+
+def test_outputs_and_foreign_parquet_are_refused_as_inputs_before_any_work(cluster, tiny_model_file, inputs,
+                                                                           tmp_path, capsys):  # fmt: skip
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = inputs[0].parent
+    straight(cluster, tiny_model_file, inputs[:2], d / "o1")
+    capsys.readouterr()
+    args = ["--engine", "ray", "--address", cluster, "--load-file", str(tiny_model_file), "--quiet"]
+    assert embed_sentences.main([*args, "--input", str(d / "o1" / "*"), "--output-dir", str(d / "o2")]) == 2
+    assert "a part of the output folder" in capsys.readouterr().err and not (d / "o2").exists()
+    assert embed_sentences.main([*args, "--input", str(d / "*"), "--output-dir", str(d / "o2")]) == 0  # o1 left out
+    capsys.readouterr()
+    assert rows_of(d / "o2")[0] == [(str(f), line) for f in inputs for line in range(200)]
+    pq.write_table(pa.table({"sentence": ["a man"]}), tmp_path / "t.parquet")
+    assert embed_sentences.main([*args, "--input", str(tmp_path / "t.parquet"), "--output-dir", str(d / "o3")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no column 'text' (it has: sentence)" in err[0] and "--text-column" in err[0]
+    assert not (d / "o3").exists()
+
+
+def test_errors_leave_no_folder_and_no_parts(cluster, tiny_model_file, tmp_path, capsys, monkeypatch):
+    (tmp_path / "p.tsv").write_text("".join(f"a man {i}\ta woman\n" for i in range(100)) + "no tab here\n")
+    args = ["--engine", "ray", "--address", cluster, "--input", str(tmp_path / "p.tsv"), "--output-dir"]
+    assert score_sentence_pairs.main([*args, str(tmp_path / "o"), "--load-file", str(tiny_model_file)]) == 2
+    err = capsys.readouterr().err.strip().replace("\r", "\n").splitlines()
+    assert err[-1].startswith(f"error: {tmp_path / 'p.tsv'}:101: expected")
+    assert not (tmp_path / "o").exists()
+    assert score_sentence_pairs.main([*args, str(tmp_path / "o"), "--load-file", str(tiny_model_file),
+                                      "--skip-bad-lines"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"1 bad lines (not exactly one tab) scored nan: line {tmp_path / 'p.tsv'}:101" in err
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert embed_sentences.main([*args, str(tmp_path / "o2")]) == 2
+    assert "pip install 'paraphrastic[ray]'" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+
+
+def test_an_address_where_nothing_answers_is_one_error_at_once(tiny_model_file, inputs, tmp_path):
+    import socket
+
+    need("ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # a port nobody listens on once closed
+    cmd = embed_cmd(tiny_model_file, tmp_path / "o", "--address", f"127.0.0.1:{port}", "--input", str(inputs[0]))
+    began = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and "no Ray cluster answers there" in err[0]
+    assert time.perf_counter() - began < 20
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_a_local_ray_is_gone_when_its_driver_is_killed(tiny_model_file, tmp_path, how):
+    """A driver with a Ray of its own, killed once its actors run: no Ray process of it alive 5 s later; a SIGTERM
+    exits 143 saying what was kept; the progress bar and no Ray warning on stderr."""
+    need("ray")  # and psutil, which comes with it
+    path = tmp_path / "big.txt"
+    path.write_text("".join(s + "\n" for s in generated_sentences(2000, seed=22)) * 200)
+    proc = subprocess.Popen(embed_cmd(tiny_model_file, tmp_path / "o", "--input", str(path), "--threads", "1"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 60
+    family = []
+    while not any("ray::Parts" in title(p) for p in family):
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.2)
+        family = ray_family(proc.pid)
+    raylets = {p.pid for p in family if p.name() == "raylet"}
+    proc.send_signal(how)
+    code, err = proc.wait(), proc.stderr.read()
+    time.sleep(5)
+    assert raylets and alive_of(family, raylets) == []
+    if how == signal.SIGTERM:
+        assert code == 143 and "interrupted;" in err.splitlines()[-1] and "embed:" in err
+        assert "WARNING" not in err and "Token authentication" not in err
+
+
+def test_the_engine_imports_no_command_module():
+    """ray_engine and commit sit below the commands: the commands hand them what they need."""
+    commands = {"embed_sentences", "score_sentence_pairs", "mine_bitext", "train", "evaluate", "demo", "interop"}
+    for module in ("ray_engine.py", "commit.py"):
+        tree = ast.parse((ROOT / module).read_text())
+        names = {a.name.split(".")[-1] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        names |= {n.module.split(".")[-1] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not names & commands, module
+
+
+def test_a_lost_node_the_run_finishes_on_the_other(tiny_model_file, tmp_path):
+    """Two nodes on this machine (Ray's own multi-node test cluster); the node running half the actors is
+    removed mid-run: the run finishes on the other, every (file, line) exactly once, vectors as a straight run."""
+    ray = need("ray")
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    files = []
+    for i in range(8):
+        path = tmp_path / f"n{i}.txt"
+        path.write_text("".join(s + "\n" for s in generated_sentences(3000, seed=30 + i)))
+        files.append(path)
+    quick = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000, "health_check_failure_threshold": 4}
+    node_cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1", "_system_config": quick}
+    )  # a lost node seen soon
+    doomed = node_cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    node_cluster.wait_for_nodes()
+    try:
+        out = tmp_path / "o"
+        proc = subprocess.Popen(embed_cmd(tiny_model_file, out, "--address", node_cluster.address,
+                                          "--input", *map(str, files)), stderr=subprocess.PIPE, text=True,
+                                env=os.environ | {"RAY_LOG_LEVEL": "info"})  # fmt: skip
+        deadline = time.time() + 60
+        while not list((out / commit.STAGING / "items").glob("*.json")):
+            assert time.time() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        node_cluster.remove_node(doomed, allow_graceful=False)
+        try:
+            assert proc.wait(timeout=180) == 0, proc.stderr.read()
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(proc.communicate()[1][-3000:]) from None
+        keys, vectors = rows_of(out)
+        assert keys == [(str(f), line) for f in files for line in range(3000)]
+    finally:
+        node_cluster.shutdown()
+    one = tmp_path / "one.npy"
+    whole = tmp_path / "all.txt"
+    whole.write_text("".join(f.read_text() for f in files))
+    args = ["--sentence-file", str(whole), "--output-file", str(one), "--load-file", str(tiny_model_file), "--quiet"]
+    assert embed_sentences.main(args) == 0
+    assert np.load(one).tobytes() == vectors
+    os.environ.pop("RAY_ADDRESS", None)
