@@ -144,8 +144,7 @@ class Job:
         manifest = {"format": FORMAT, "version": 1, **self.spec, "run": self.record, "finished": now()}
         manifest |= totals | {"rows": sum(p["rows"] for p in parts), "parts": parts}
         write_json(self.out / MANIFEST, manifest)
-        shutil.rmtree(self.staging, ignore_errors=True)
-        self.release(keep=False)
+        self.release(keep=False)  # the staging and the claim go
         return manifest
 
     def release(self, keep: bool) -> None:

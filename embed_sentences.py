@@ -38,6 +38,7 @@ from paraphrastic.fileio import (
     count_lines,
     decode_raw,
     device_name,
+    invalid_utf8_note,
     iter_line_blocks,
     open_input,
     refuse_same_file,
@@ -356,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             chunk_lines=args.chunk_lines, strict=args.strict, quiet=args.quiet,
         )  # fmt: skip
     if stats["invalid_utf8_lines"]:
-        print(f"warning: {stats['invalid_utf8_lines']} lines had invalid UTF-8, replaced by U+FFFD", file=sys.stderr)
+        print(invalid_utf8_note(stats["invalid_utf8_lines"]), file=sys.stderr)
     if unknown := unknown_warning(model, stats):
         print(unknown, file=sys.stderr)
     where = "" if args.shard is None else f" (shard {args.shard} of {args.num_shards})"

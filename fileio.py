@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -32,6 +32,7 @@ import numpy as np
 NOT_REGULAR = "not a regular file (a pipe, FIFO or device): inputs are read more than once; save it to a file first"
 DEFAULT_MAX_LINE_BYTES = 16 << 20
 LINE_LIMIT_ENV = "PARAPHRASTIC_MAX_LINE_BYTES"
+SHOWN = 10  # bad line numbers kept and named in a summary; the rest are counted
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # full disk, quota, file size limit (ulimit -f)
 
 
@@ -305,6 +306,20 @@ def parse_pair_lines(
     return pairs, bad
 
 
+def bad_pairs_note(count: int, first: Sequence) -> str:
+    """The summary of the lines --skip-bad-lines scored nan: how many, and the first SHOWN (line numbers, or
+    FILE:LINE)."""
+    head = ", ".join(map(str, first[:SHOWN]))
+    return f"{count} bad lines (not exactly one tab) scored nan: line " + (
+        head if count <= SHOWN else f"{head}, ... ({count} lines)"
+    )
+
+
+def invalid_utf8_note(count: int) -> str:
+    """The warning that `count` lines held invalid UTF-8, read with U+FFFD in its place."""
+    return f"warning: {count} lines had invalid UTF-8, replaced by U+FFFD"
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, mode: str = "wb") -> Iterator:
     """Open a temporary file beside `path`; on success fsync it and rename it to `path`.
@@ -443,13 +458,20 @@ def scratch_folder(parent: str | os.PathLike, prefix: str) -> Iterator[Path]:
     """A temporary folder `PARENT/PREFIX.PID.*`, removed at the end; the folders of killed runs (their
     process gone) are removed first, so a kill leaks nothing for long."""
     parent = Path(parent)
-    for old in parent.glob(f"{glob.escape(prefix)}.*"):
-        owner = temp_owner(old.name, prefix)
-        if old.is_dir() and owner is not None and not process_alive(owner):
+    for old in left_by_dead(parent, prefix):
+        if old.is_dir():
             shutil.rmtree(old, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix=f"{prefix}.{os.getpid()}.", dir=parent) as tmp:
         with reporting_full_disk(Path(tmp), "the scratch folder is removed"):  # a full disk names the folder
             yield Path(tmp)
+
+
+def left_by_dead(folder: Path, prefix: str) -> Iterator[Path]:
+    """The entries `PREFIX.PID.*` of `folder` whose process is gone: what killed runs left there."""
+    for old in folder.glob(f"{glob.escape(prefix)}.*"):
+        owner = temp_owner(old.name, prefix)
+        if owner is not None and not process_alive(owner):
+            yield old
 
 
 def temp_owner(name: str, prefix: str) -> int | None:

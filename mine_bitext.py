@@ -393,7 +393,6 @@ def mine_on_ray(args: argparse.Namespace, files: list[Path]) -> int:
     from paraphrastic import ray_engine
 
     same = bool(args.paraphrase)
-    ray_engine.ray_module(local=not args.address)
     cpus = ray_engine.start(args.address, args.threads)
     try:
         with work_dir(args) as work:

@@ -33,11 +33,14 @@ from tqdm import tqdm
 
 from paraphrastic import commit
 from paraphrastic.fileio import (
+    SHOWN,
     Error,
     InputError,
     ModelError,
     Terminated,
+    bad_pairs_note,
     decode_raw,
+    invalid_utf8_note,
     iter_line_blocks,
     line_offsets,
     open_input,
@@ -50,7 +53,6 @@ LINES_PER_ITEM = 262_144  # lines of a plain text file in one work item
 PART_LINES = 65_536  # rows of one Parquet part
 IN_FLIGHT = 2  # work items queued at each actor: one running, one ready
 STALL_S, STALL_TIMES = 20.0, 10  # an actor silent for max(STALL_S, STALL_TIMES x an item's median time) is lost
-SHOWN = 10  # bad line numbers named in the summary
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CONNECT_TIMEOUT_S = 10.0  # how long --address may take to answer
 _joined = True  # whether the Ray in use is one this process joined (or was given), not one it started
@@ -610,8 +612,7 @@ def report(manifest: dict, records: dict, kind: str, files: int, out: Path) -> N
     print(f"{what} {manifest['rows']} lines of {files} files into {len(manifest['parts'])} Parquet parts in {out}",
           file=sys.stderr)  # fmt: skip
     if manifest["bad_lines"]:
-        shown = [f"{records[k]['file']}:{n}" for k in sorted(records) for n in records[k]["shown_bad"]][:SHOWN]
-        print(f"{manifest['bad_lines']} bad lines (not exactly one tab) scored nan: line {', '.join(shown)}"
-              + (", ..." if manifest["bad_lines"] > SHOWN else ""), file=sys.stderr)  # fmt: skip
+        shown = [f"{records[k]['file']}:{n}" for k in sorted(records) for n in records[k]["shown_bad"]]
+        print(bad_pairs_note(manifest["bad_lines"], shown), file=sys.stderr)
     if manifest["invalid_utf8_lines"]:
-        print(f"{manifest['invalid_utf8_lines']} lines held invalid UTF-8 (replaced by U+FFFD)", file=sys.stderr)
+        print(invalid_utf8_note(manifest["invalid_utf8_lines"]), file=sys.stderr)

@@ -17,12 +17,15 @@ from tqdm import tqdm
 
 from paraphrastic import ray_engine
 from paraphrastic.fileio import (
+    SHOWN,
     at_least,
     atomic_output,
+    bad_pairs_note,
     cli_parser,
     count_lines,
     decode_raw,
     device_name,
+    invalid_utf8_note,
     iter_line_blocks,
     open_input,
     parse_pair_lines,
@@ -32,8 +35,6 @@ from paraphrastic.fileio import (
 )
 from paraphrastic.static import load_encoder, model_path, tally_unknown, unknown_warning, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads
-
-SHOWN = 10  # bad line numbers kept and shown; the rest are counted
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -110,13 +111,6 @@ def score_job(model, job: tuple) -> tuple[str, int, list[int], int, dict]:
     return text, len(lines), bad, sum(s != s for s in scores) - len(bad), stats
 
 
-def line_list(numbers: list[int], shown: int = SHOWN, count: int = 0) -> str:
-    """`3, 7, 12` or `3, 7, ... (25 lines)` (`count`: how many there are in all, when `numbers` holds the first)."""
-    head = ", ".join(map(str, numbers[:shown]))
-    count = max(count, len(numbers))
-    return head if count <= shown else f"{head}, ... ({count} lines)"
-
-
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
@@ -133,12 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     with sink as out:
         written, bad, empty, stats = score_file(model, args, out)
     if stats["invalid_utf8_lines"]:
-        print(f"warning: {stats['invalid_utf8_lines']} lines had invalid UTF-8, replaced by U+FFFD", file=sys.stderr)
+        print(invalid_utf8_note(stats["invalid_utf8_lines"]), file=sys.stderr)
     if unknown := unknown_warning(model, stats):
         print(unknown, file=sys.stderr)
     if bad:
-        n = stats["bad_lines"]
-        print(f"{n} bad lines (not exactly one tab) scored nan: line {line_list(bad, count=n)}", file=sys.stderr)
+        print(bad_pairs_note(stats["bad_lines"], bad), file=sys.stderr)
     if empty:
         print(f"{empty} pairs with an empty side scored nan", file=sys.stderr)
     print(f"scored {written} lines", file=sys.stderr)

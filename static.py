@@ -28,7 +28,7 @@ import numpy as np
 import sentencepiece as spm
 
 from paraphrastic import workers
-from paraphrastic.fileio import ModelError, process_alive, temp_owner, write_npy_rows
+from paraphrastic.fileio import ModelError, left_by_dead, write_npy_rows
 from paraphrastic.workers import Workers
 
 FORMAT = "paraphrastic-sp"
@@ -256,9 +256,8 @@ def shared_rows(rows: int, dim: int) -> Iterator[tuple[Path, np.ndarray]]:
     shm = SHM_DIR
     room = shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * size
     folder = shm if room else Path(tempfile.gettempdir())
-    for old in folder.glob(f"{SHARED_ROWS}.*.npy"):
-        owner = temp_owner(old.name, SHARED_ROWS)
-        if owner is not None and not process_alive(owner):
+    for old in left_by_dead(folder, SHARED_ROWS):
+        if old.is_file():
             old.unlink(missing_ok=True)
     fd, name = tempfile.mkstemp(prefix=f"{SHARED_ROWS}.{os.getpid()}.", suffix=".npy", dir=folder)
     os.close(fd)

@@ -295,4 +295,3 @@ def test_a_lost_node_the_run_finishes_on_the_other(tiny_model_file, tmp_path):
     args = ["--sentence-file", str(whole), "--output-file", str(one), "--load-file", str(tiny_model_file), "--quiet"]
     assert embed_sentences.main(args) == 0
     assert np.load(one).tobytes() == vectors
-    os.environ.pop("RAY_ADDRESS", None)
