@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
-import hashlib
 import json
 import os
 import shlex
@@ -32,12 +31,6 @@ from paraphrastic.fileio import InputError, OutputError, atomic_output
 
 CLAIM, STAGING, MANIFEST = "_claim", "_temporary", "_SUCCESS"
 FORMAT = "paraphrastic-parts"
-
-
-def file_digest(path: str | os.PathLike) -> str:
-    """The sha256 of a file's whole content, streamed (about a second for a GB)."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def now() -> str:

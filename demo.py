@@ -9,6 +9,7 @@ and mine_bitext's margin-scored matching. Needs the `demo` extra: pip install -e
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import socket
@@ -34,6 +35,9 @@ os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported: n
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 MAX_CHARS = 100_000  # per text box
+MAX_LIST_LINES = 2_000  # per list of the matching view: two such lists match in well under a second
+RETRIEVALS = ("forward", "max-score", "intersect")
+MAX_RESULTS = 50  # search results a request may ask for
 MAX_CORPUS_LINES = 2_000_000
 MAX_UPLOAD = "200mb"
 SHORTLIST = 32  # corpus lines kept by the float16 scan, then scored exactly with score_raw_text
@@ -173,6 +177,19 @@ def embed_corpus(model: Model, name: str, lines: list[str], progress: Callable |
     return Corpus(name, lines, vectors)
 
 
+def corpus_file(upload: str | None, corpus: str | os.PathLike) -> Path:
+    """The file a search reads: the corpus named when the page was started, or one uploaded through the page (in
+    Gradio's upload folder). A client can send any path: no other file is read."""
+    if not upload:
+        return Path(corpus)
+    from gradio.utils import get_upload_folder
+
+    path = Path(upload).resolve()
+    if path == Path(corpus).resolve() or path.is_relative_to(Path(get_upload_folder()).resolve()):
+        return path
+    raise InputError(f"{Path(upload).name}: not a file uploaded to this page; upload the corpus to search it")
+
+
 def load_corpus(model_name: str, path: str | os.PathLike, max_lines: int, progress: Callable | None = None) -> Corpus:
     """The corpus in a file embedded by a model, cached (the two most recent) so that it is embedded once."""
     model, stat = get_model(model_name), Path(path).stat()
@@ -191,7 +208,7 @@ def load_corpus(model_name: str, path: str | os.PathLike, max_lines: int, progre
 def search(model: Model, corpus: Corpus, query: str | None, k: int = 5) -> tuple[list[tuple[float, str]], float]:
     """The k corpus lines nearest the query, best first, with score_raw_text's scores, and the time in ms:
     a float16 matrix-vector scan shortlists SHORTLIST lines, which are then scored exactly."""
-    query, k = check_text(query, "the query"), max(1, k)
+    query, k = check_text(query, "the query"), min(max(1, int(k)), MAX_RESULTS)
     start = time.perf_counter()
     q = torch.from_numpy(knn.unit_rows(model.embed_raw_text([query]))[0])
     scan = (corpus.vectors @ q.to(corpus.vectors.dtype)).float().numpy()
@@ -210,6 +227,11 @@ def match_lists(model: Model, first: str | None, second: str | None, retrieval: 
     k neighbours both ways; forward: each line's best match); "" and -inf where a line found none."""
     a = check_text(first, "the first list").splitlines()
     b = check_text(second, "the second list").splitlines()
+    if retrieval not in RETRIEVALS or not isinstance(k, int) or not 1 <= k <= 64:
+        raise InputError(f"retrieval must be one of {', '.join(RETRIEVALS)} and k a whole number in 1..64")
+    if max(len(a), len(b)) > MAX_LIST_LINES:
+        raise InputError(f"a list has {max(len(a), len(b)):,} lines; this page matches at most {MAX_LIST_LINES:,} "
+                         "(paraphrastic-mine takes any number)")  # fmt: skip
     args = mine_bitext.parse_args(["--source", "first", "--target", "second", "--output-file", "-", "--quiet",
                                    "--retrieval", retrieval, "--k", str(k), "--index", "flat"])  # fmt: skip
     sides = [
@@ -245,14 +267,14 @@ def build_app(
 
     def on_upload(name: str, upload: str | None, progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
         try:
-            found = load_corpus(name, upload or corpus, max_lines, progress)
+            found = load_corpus(name, corpus_file(upload, corpus), max_lines, progress)
             return [], f"Corpus {found.name}: {len(found.lines):,} sentences, embedded."
         except (Error, MemoryError) as e:
             return [], failed(e)
 
     def on_search(name: str, upload: str | None, query: str, k: float, progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
         try:
-            found = load_corpus(name, upload or corpus, max_lines, progress)
+            found = load_corpus(name, corpus_file(upload, corpus), max_lines, progress)
             hits, ms = search(get_model(name), found, query, int(k))
             note = unknown_note(get_model(name), [query], ["the query"])
             summary = f"Top {len(hits)} of {len(found.lines):,} sentences in {found.name}; the query took {ms:.1f} ms."
@@ -298,7 +320,7 @@ def build_app(
                              type="filepath", elem_id="corpus-file")  # fmt: skip
             with gr.Row():
                 query = gr.Textbox(label="Query", elem_id="query", value="A dog plays in the snow.", scale=4)
-                k = gr.Slider(1, 50, value=5, step=1, label="Results", elem_id="k")
+                k = gr.Slider(1, MAX_RESULTS, value=5, step=1, label="Results", elem_id="k")
             search_button = gr.Button("Search", variant="primary", elem_id="search-button")
             hits = gr.Dataframe(headers=["score", "sentence"], elem_id="hits", interactive=False, wrap=True)
             message = gr.Markdown(elem_id="search-message")
@@ -310,7 +332,7 @@ def build_app(
                                    value="\n".join(MATCH_EXAMPLE[0]))  # fmt: skip
                 second = gr.Textbox(label="Second list (another language)", lines=6, elem_id="second-list",
                                     value="\n".join(MATCH_EXAMPLE[1]))  # fmt: skip
-            retrieval = gr.Radio(["forward", "max-score", "intersect"], value="forward", label="Retrieval",
+            retrieval = gr.Radio(list(RETRIEVALS), value="forward", label="Retrieval",
                                  info="forward: each line's best match; max-score: one to one")  # fmt: skip
             match_button = gr.Button("Match", variant="primary", elem_id="match-button")
             matches = gr.Dataframe(headers=["line", "sentence", "best match", "margin"], elem_id="matches", wrap=True)
@@ -338,6 +360,10 @@ def parse_args(argv: list[str] | None):
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if importlib.util.find_spec("gradio") is None:  # before any work: the page needs it
+        raise InputError(
+            'the demo needs its extra: pip install "paraphrastic[demo]" (in a checkout: pip install -e ".[demo]")'
+        )
     if args.model not in SHIPPED and not Path(args.model).exists():
         raise InputError(f"unknown model {args.model!r}: give {' or '.join(SHIPPED)}, or a model file")
     use_threads(args.threads)

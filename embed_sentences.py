@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import hashlib
 import json
 import os
 import shutil
@@ -38,6 +37,7 @@ from paraphrastic.fileio import (
     count_lines,
     decode_raw,
     device_name,
+    file_digest,
     invalid_utf8_note,
     iter_line_blocks,
     open_input,
@@ -186,13 +186,7 @@ def record_path(shard_file: str | os.PathLike) -> Path:
 
 def file_sha256(path: Path) -> str | None:
     """SHA-256 of a model file (None for a model folder), so that shards from different models are refused."""
-    if path.is_dir():
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+    return None if path.is_dir() else file_digest(path)
 
 
 def embed_shard(model, args: argparse.Namespace) -> dict:

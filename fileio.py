@@ -13,6 +13,7 @@ import errno
 import fcntl
 import glob
 import gzip
+import hashlib
 import io
 import math
 import os
@@ -33,6 +34,8 @@ NOT_REGULAR = "not a regular file (a pipe, FIFO or device): inputs are read more
 DEFAULT_MAX_LINE_BYTES = 16 << 20
 LINE_LIMIT_ENV = "PARAPHRASTIC_MAX_LINE_BYTES"
 SHOWN = 10  # bad line numbers kept and named in a summary; the rest are counted
+JOB_BYTES = 4 << 20  # text in one job (a chunk a worker embeds, a batch tokenized at once): memory follows bytes,
+# not lines; a longer line goes alone
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # full disk, quota, file size limit (ulimit -f)
 
 
@@ -84,6 +87,12 @@ def refuse_same_file(output: str | os.PathLike | None, *inputs: str | os.PathLik
         for path in inside:
             if path.is_file() and os.path.samefile(output, path):
                 raise InputError(f"{output}: is also an input of this run ({item}); write the output elsewhere")
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """The sha256 of a file's whole content, streamed (about a second for a GB)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def open_input(path: str | os.PathLike) -> int:
@@ -144,8 +153,8 @@ def iter_line_chunks(
     start: int = 0,
     stop: int | None = None,
 ) -> Iterator[list[str]]:
-    """Yield lines [start, stop) of a text file (all by default) in chunks of at most `chunk_lines`,
-    streaming from disk.
+    """Yield lines [start, stop) of a text file (all by default) in chunks of at most `chunk_lines` lines and
+    about JOB_BYTES bytes, streaming from disk.
 
     Invalid UTF-8 is replaced (counted in `stats["invalid_utf8_lines"]`) unless `strict`.
     """
@@ -164,12 +173,13 @@ def iter_line_blocks(
     stop: int | None = None,
     block: int = 1 << 20,
     offset: int | None = None,
+    chunk_bytes: int = JOB_BYTES,
 ) -> Iterator[tuple[int, bytes]]:
-    """(number of the first line, the bytes of up to `chunk_lines` whole lines) over lines [start, stop), found by
-    a vectorised newline search in reads of `block` bytes, so that a reader (the process feeding worker processes
-    above all) spends its time per block, not per line; `decode_raw` makes them lines. A line over the limit is
-    refused here, without reading it whole. `offset`: the byte where line `start` begins, when known (a seek instead of
-    reading the lines before it)."""
+    """(number of the first line, the bytes of up to `chunk_lines` whole lines and about `chunk_bytes` bytes, a
+    longer line alone) over lines [start, stop), found by a vectorised newline search in reads of `block` bytes, so
+    that a reader (the process feeding worker processes above all) spends its time per block, not per line;
+    `decode_raw` makes them lines. A line over the limit is refused here, without reading it whole. `offset`: the
+    byte where line `start` begins, when known (a seek instead of reading the lines before it)."""
     path = Path(path)
     open_input(path)
     limit, line_no = line_limit(), start + 1
@@ -190,8 +200,11 @@ def iter_line_blocks(
                     f"{path}:{line_no + k}: a line of more than {limit:,} bytes, the limit (is it text? if so, raise "
                     f"{LINE_LIMIT_ENV})"
                 )
-            while left and len(marks) and (len(marks) >= min(chunk_lines, left) or not data):
-                take = int(min(chunk_lines, left, len(marks)))
+            while (
+                left and len(marks) and (len(marks) >= min(chunk_lines, left) or marks[-1] >= chunk_bytes or not data)
+            ):
+                fit = max(1, int(np.searchsorted(marks, chunk_bytes)))  # whole lines within the budget, at least one
+                take = int(min(chunk_lines, left, len(marks), fit))
                 cut = int(marks[take - 1]) + 1
                 yield line_no, buf[:cut]
                 buf, marks = buf[cut:], marks[take:] - cut

@@ -55,7 +55,9 @@ from paraphrastic.static import (
     first_sentence,
     model_path,
     offsets_of,
+    scan_model_file,
     sp_rows,
+    text_slices,
 )
 
 PRECISIONS = ("float32", "float16", "int8")
@@ -224,11 +226,11 @@ class Model(nn.Module, Encoding):
 
     @torch.no_grad()
     def embed_here(self, texts: Sequence[str], batch_size: int = 8192) -> np.ndarray:
-        """Embed in this process, `batch_size` texts at a time: float32 (len(texts), dim), one row per text."""
+        """Embed in this process, `batch_size` texts (and JOB_BYTES characters) at a time: float32 (len(texts), dim),
+        one row per text."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), batch_size):
-            batch = texts[start : start + batch_size]
-            out[start : start + len(batch)] = self(*self.ids_and_offsets(batch)).cpu().numpy()
+        for cut in text_slices(texts, batch_size):
+            out[cut] = self(*self.ids_and_offsets(texts[cut])).cpu().numpy()
         return out
 
     @torch.no_grad()
@@ -365,6 +367,7 @@ def cpu_name() -> str:
 def _safe_load(path: Path) -> dict:
     """torch.load that never runs pickled code: only tensors, plain types and argparse.Namespace."""
     _check_inflation(path)
+    scan_model_file(path)
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
             state = torch.load(path, map_location="cpu", weights_only=True)
@@ -576,7 +579,7 @@ def load_model(
         return import_folder(path).to(resolve_device(device)).eval()
     state = _safe_load(path)
     try:
-        if state.get("format") == FORMAT:
+        if state.get("format") == FORMAT and isinstance(state["format"], str):
             model = from_checkpoint(state, path)
         elif "state_dict" in state and "vocab" in state:
             model = _from_legacy(state, path, sp_model)
@@ -590,7 +593,7 @@ def load_model(
 def from_checkpoint(state: dict, path: str | os.PathLike) -> Model:
     """A model from the contents of one of our checkpoint files (`Model.checkpoint()`)."""
     version = state.get("format_version")
-    if version not in (FORMAT_VERSION, INT8_VERSION):
+    if type(version) is not int or version not in (FORMAT_VERSION, INT8_VERSION):
         raise ModelError(
             f"{path}: format version {version} is not supported (this toolkit reads {FORMAT_VERSION} and {INT8_VERSION})"
         )
@@ -598,6 +601,8 @@ def from_checkpoint(state: dict, path: str | os.PathLike) -> Model:
     if not isinstance(config, dict) or not isinstance(config.get("lowercase"), bool):
         raise ModelError(f"{path}: no valid config in the model file (it is corrupt)")
     table = checked_table(dequantized(state, path) if version == INT8_VERSION else state.get("embedding"), path)
+    if not isinstance(config.get("encoder", "sp"), str):
+        raise ModelError(f"{path}: its encoder is not named by a string (the file is corrupt)")
     if config.get("encoder", "sp") != "sp":
         return _general_from_native(state, config, table, path)
     tokenizer = _sp_tokenizer(state, config, path)

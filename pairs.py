@@ -5,7 +5,6 @@ source and however often a run was resumed."""
 from __future__ import annotations
 
 import gzip
-import itertools
 import math
 import zlib
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paraphrastic.fileio import InputError, check_line_lengths, open_binary, open_input, split_pair
+from paraphrastic.fileio import InputError, decode_raw, iter_line_blocks, open_input, split_pair
 from paraphrastic.models import Model
 from paraphrastic.shards import Shard
 
@@ -143,26 +142,21 @@ class PairSampler:
 
 
 def iter_pairs(path: Path, skip_bad: bool, chunk_lines: int = 65536) -> Iterator[tuple[list[str], list[str]]]:
-    """Yield (sources, targets) chunks of a `s1<TAB>s2` file (.gz accepted); a bad line is an InputError."""
-    open_input(path)
-    line_no = 1
+    """Yield (sources, targets) chunks of a `s1<TAB>s2` file (.gz accepted), bounded in lines and bytes; a bad line
+    is an InputError."""
     try:
-        with open_binary(path) as f:
-            while raw := list(itertools.islice(f, chunk_lines)):
-                check_line_lengths(raw, path, line_no)
-                src, tgt = [], []
-                for i, line in enumerate(raw):
-                    text = line.decode("utf-8", errors="replace").rstrip("\r\n")
-                    try:
-                        s, t = split_pair(text, path, line_no + i)
-                    except InputError:
-                        if skip_bad:
-                            continue
-                        raise
-                    src.append(s)
-                    tgt.append(t)
-                line_no += len(raw)
-                yield src, tgt
+        for line_no, blob in iter_line_blocks(path, chunk_lines):
+            src, tgt = [], []
+            for i, text in enumerate(decode_raw(blob, path, line_no, strict=False)[0]):
+                try:
+                    s, t = split_pair(text, path, line_no + i)
+                except InputError:
+                    if skip_bad:
+                        continue
+                    raise
+                src.append(s)
+                tgt.append(t)
+            yield src, tgt
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise InputError(f"{path}: not a readable gzip file, truncated or corrupt ({e})") from None
 

@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from paraphrastic import commit
 from paraphrastic.fileio import (
+    JOB_BYTES,
     SHOWN,
     Error,
     InputError,
@@ -40,6 +41,7 @@ from paraphrastic.fileio import (
     Terminated,
     bad_pairs_note,
     decode_raw,
+    file_digest,
     invalid_utf8_note,
     iter_line_blocks,
     line_offsets,
@@ -235,14 +237,16 @@ def plan(files: list[Path], lines_per_item: int = LINES_PER_ITEM) -> list[dict]:
 
 
 def read_items(item: dict, text_column: str, strict: bool) -> Iterator[tuple[int, list[str], int]]:
-    """(first line, 0-based, the lines, how many held invalid UTF-8) of one work item, PART_LINES at a time (read
-    by its absolute path: a worker's folder is not the driver's)."""
+    """(first line, 0-based, the lines, how many held invalid UTF-8) of one work item, PART_LINES lines and about
+    JOB_BYTES bytes at a time (read by its absolute path: a worker's folder is not the driver's)."""
     path = Path(item["path"])
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        first = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=PART_LINES, columns=[text_column]):
+        first, table = 0, pq.ParquetFile(path)
+        size = sum(table.metadata.row_group(k).total_byte_size for k in range(table.metadata.num_row_groups))
+        rows = max(1, min(PART_LINES, JOB_BYTES * table.metadata.num_rows // max(size, 1)))  # bytes bound a batch
+        for batch in table.iter_batches(batch_size=rows, columns=[text_column]):
             lines = ["" if t is None else str(t) for t in batch.column(0).to_pylist()]
             yield first, lines, 0
             first += len(lines)
@@ -533,8 +537,8 @@ def job_spec(files: list[Path], items: list[dict], args, kind: str, options: dic
     content, the model by content, the options that change the output, and the work items."""
     model = model_path(args.load_file)
     inputs = [{"file": str(f), "path": os.path.realpath(f), "bytes": f.stat().st_size,
-               "sha256": commit.file_digest(f)} for f in files]  # fmt: skip
-    return {"kind": kind, "inputs": inputs, "model": {"path": str(model), "sha256": commit.file_digest(model)},
+               "sha256": file_digest(f)} for f in files]  # fmt: skip
+    return {"kind": kind, "inputs": inputs, "model": {"path": str(model), "sha256": file_digest(model)},
             "options": options, "items": [{k: i[k] for k in ("file", "first", "lines")} for i in items]}  # fmt: skip
 
 

@@ -11,24 +11,24 @@ the tokenizer and the API below; training, GPUs and the other encoders need it.
 from __future__ import annotations
 
 import argparse
-import codecs
 import contextlib
 import itertools
 import os
 import pickle
+import pickletools
 import shutil
 import sys
 import tempfile
 import zipfile
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
 
 from paraphrastic import workers
-from paraphrastic.fileio import ModelError, left_by_dead, write_npy_rows
+from paraphrastic.fileio import JOB_BYTES, ModelError, left_by_dead, write_npy_rows
 from paraphrastic.workers import Workers
 
 FORMAT = "paraphrastic-sp"
@@ -37,7 +37,10 @@ INT8_VERSION = 2  # a table stored as int8 rows with row scales; earlier readers
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
 SHIPPED = {"default": DEFAULT_MODEL, "multilingual": DEFAULT_MODEL.with_name("multilingual.pt")}
 PARALLEL_MIN = 20_000  # texts from which embed_raw_text starts worker processes: fewer take well under a second
-JOB_TEXTS = 8192  # texts in one worker's job
+JOB_TEXTS = 8192  # texts in one worker's job (and at most JOB_BYTES characters)
+SEGMENT_CHARS = (
+    1 << 16
+)  # a longer text is tokenized in pieces cut at spaces: its ids as Python ints cost ~140 bytes a piece
 SHM_DIR = Path("/dev/shm")  # memory-backed files, where the system has them
 SHARED_ROWS = "paraphrastic-rows"  # name of the shared-memory files of encode's workers: NAME.PID.XXXXXXXX.npy
 TORCH_FROM = 600_000  # texts a process pools before torch's faster kernel has repaid its import
@@ -80,8 +83,50 @@ class Tokenizer:
         return self.sp.encode(cased(texts, self.lowercase), num_threads=num_threads)
 
     def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """(flat ids, per-text lengths) of a batch."""
-        return flatten(self.encode(texts, num_threads))
+        """(flat ids, per-text lengths) of a batch; a text longer than SEGMENT_CHARS is tokenized in pieces cut at
+        spaces, so that the memory it takes follows SEGMENT_CHARS, not its length."""
+        if max(map(len, texts), default=0) <= SEGMENT_CHARS:
+            return flatten(self.encode(texts, num_threads))
+        flats, lengths = [], []
+        for long, group in itertools.groupby(texts, key=lambda text: len(text) > SEGMENT_CHARS):
+            if not long:
+                flat, lens = flatten(self.encode(list(group), num_threads))
+                flats.append(flat)
+                lengths.append(lens)
+                continue
+            for text in group:
+                flats.append(np.concatenate([flatten(self.encode([piece]))[0] for piece in segments(text)]))
+                lengths.append([len(flats[-1])])
+        return np.concatenate(flats), np.concatenate(lengths).astype(np.int64)
+
+
+def segments(text: str, size: int = SEGMENT_CHARS) -> list[str]:
+    """`text` cut into pieces of at most `size` characters, each cut at the last space of its second half where
+    there is one. Sentencepiece starts a piece at every space, so the pieces tokenize as the whole text does (but
+    for rare ties of equal score, which a long text's summed scores break either way)."""
+    out, start = [], 0
+    while start < len(text):
+        stop = min(len(text), start + size)
+        if stop < len(text):
+            space = text.rfind(" ", start + size // 2, stop)
+            stop = space if space > start else stop
+        out.append(text[start:stop])
+        start = stop
+    return out
+
+
+def text_slices(texts: Sequence[str], most: int, chars: int | None = None) -> list[slice]:
+    """Consecutive slices of `texts` of at most `most` texts and `chars` characters (default JOB_BYTES; a longer text
+    alone): a batch's memory follows its text, whatever the lengths of the texts."""
+    chars = chars or JOB_BYTES
+    ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+    out, start = [], 0
+    while start < len(texts):
+        base = int(ends[start - 1]) if start else 0
+        stop = max(start + 1, min(start + most, int(np.searchsorted(ends, base + chars, side="right"))))
+        out.append(slice(start, stop))
+        start = stop
+    return out
 
 
 def flatten(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -165,21 +210,20 @@ class Encoding:
         """Embed raw sentences: a float32 array (len(texts), dim), one row per text, in order. Inputs of
         PARALLEL_MIN texts or more go to worker processes, one per thread (`use_threads`; `pool`: a kept pool,
         for any size, see `start_multi_process_pool`); the rows are the same bit for bit."""
-        if isinstance(texts, str):
-            raise TypeError("embed_raw_text takes a list of sentences, not a single string (encode takes either)")
+        check_texts(texts)
         if not len(texts) or (pool is None and (len(texts) < PARALLEL_MIN or workers.threads() == 1)):
             return self.embed_here(texts, batch_size)
         with contextlib.nullcontext(pool) if pool is not None else Workers(self) as team:
             if team.size == 1:
                 return self.embed_here(texts, batch_size)
-            step = max(1, min(JOB_TEXTS, -(-len(texts) // team.size)))
+            cuts = text_slices(texts, max(1, min(JOB_TEXTS, -(-len(texts) // team.size))))
             if not self.on_cpu:  # CPU workers tokenize, the device pools
-                jobs = ((texts[i : i + step], batch_size) for i in range(0, len(texts), step))
+                jobs = ((texts[cut], batch_size) for cut in cuts)
                 parts = [self.embed_tokens(*tokens) for tokens in team.map(_tokens_job, jobs)]
                 return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
             use_torch_for(len(texts) // team.size)  # before the fork: imported once for every worker
             with shared_rows(len(texts), self.dim) as (path, out):  # the workers write their rows in place
-                jobs = ((texts[i : i + step], batch_size, path, i) for i in range(0, len(texts), step))
+                jobs = ((texts[cut], batch_size, path, cut.start) for cut in cuts)
                 for _ in team.map(_embed_job, jobs):
                     pass
         return out
@@ -230,6 +274,18 @@ class Encoding:
         `similarity`: each side is a list of sentences or an array of vectors from `encode`."""
         a, b = (np.asarray(x) if is_vectors(x) else self.encode(x) for x in (a, b))
         return unit_rows(a) @ unit_rows(b).T
+
+
+def check_texts(texts) -> None:
+    """TypeError naming the first item of `texts` that is not a string, or saying what `texts` should be."""
+    if isinstance(texts, str):
+        raise TypeError("embed_raw_text takes a list of sentences, not a single string (encode takes either)")
+    if isinstance(texts, dict | set | frozenset) or not hasattr(texts, "__len__") or not hasattr(texts, "__getitem__"):
+        raise TypeError(f"texts must be a string or a list of strings, not a {type(texts).__name__}")
+    if not set(map(type, texts)) <= {str}:  # the fast test; a subclass of str (numpy's) passes the slow one
+        for i, item in enumerate(texts):
+            if not isinstance(item, str):
+                raise TypeError(f"texts[{i}] is {type(item).__name__} {item!r:.60}, not a string")
 
 
 def is_vectors(x) -> bool:
@@ -297,11 +353,11 @@ class StaticModel(Encoding):
         return mean_rows(self.table, *sp_rows(flat, lengths, self.piece_rows, self.unk_row))
 
     def embed_here(self, texts: Sequence[str], batch_size: int = 8192) -> np.ndarray:
-        """Embed in this process, `batch_size` texts at a time: float32 (len(texts), dim), one row per text."""
+        """Embed in this process, `batch_size` texts (and JOB_BYTES characters) at a time: float32 (len(texts), dim),
+        one row per text."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), batch_size):
-            batch = texts[start : start + batch_size]
-            out[start : start + len(batch)] = self.embed_tokens(*self.token_ids(batch, workers.threads()))
+        for cut in text_slices(texts, batch_size):
+            out[cut] = self.embed_tokens(*self.token_ids(texts[cut], workers.threads()))
         return out
 
 
@@ -356,50 +412,181 @@ def contiguous_strides(size: tuple) -> list[int]:
     return strides
 
 
-class _Unpickler(pickle.Unpickler):
-    """Our checkpoint's pickle with tensors as numpy arrays; any other class stops it (nothing is run)."""
+MAX_PICKLE_BYTES = 64 << 20  # a model's pickle: its config and sentencepiece model (a few MB); tensors lie beside it
+MAX_PICKLE_OPS = 2_000_000  # ours hold hundreds (a word model: two a word); each makes at most one small object
 
-    def __init__(self, file, archive: zipfile.ZipFile, prefix: str):
+
+class _Hostile(pickle.UnpicklingError):
+    """A model file's pickle that asks for more than any model of ours needs: refused before it is read."""
+
+
+class _Unpickler(pickle.Unpickler):
+    """A torch-format pickle with tensors as numpy arrays, each storage read once by `storage(key, dtype, count)`, and
+    only the callables our checkpoints use: any other stops it, so nothing is run. Without `storage` it scans (for
+    torch.load, which reads the file next): nothing is read, and any other callable stands in as a no-op."""
+
+    def __init__(self, file, storage: Callable[[str, np.dtype, int], np.ndarray] | None = None):
         super().__init__(file)
-        self.archive, self.prefix = archive, prefix
+        self.storage, self.storages = storage, {}
 
     def find_class(self, module: str, name: str):
-        allowed = {("torch._utils", "_rebuild_tensor_v2"): _tensor, ("_codecs", "encode"): codecs.encode,
-                   ("collections", "OrderedDict"): OrderedDict}  # fmt: skip
+        if (module, name) == ("_codecs", "encode"):
+            return _Named(latin1)
+        if (module, name) == ("collections", "OrderedDict"):
+            return _Named(OrderedDict)
+        if self.storage is None:
+            return _Stub
         if module == "torch" and name in STORAGES:
-            return np.dtype(STORAGES[name])
-        if (module, name) not in allowed:
+            return _Named(np.dtype(STORAGES[name]))
+        if (module, name) != ("torch._utils", "_rebuild_tensor_v2"):
             raise pickle.UnpicklingError(f"{module}.{name}")
-        return allowed[module, name]
+        return _Named(_tensor)
 
     def persistent_load(self, pid):
+        if self.storage is None:
+            return _Stub()
         kind, dtype, key, _, count = pid
-        if kind != "storage" or not isinstance(dtype, np.dtype):
+        if kind != "storage" or not isinstance(getattr(dtype, "target", None), np.dtype) or not isinstance(key, str):
             raise pickle.UnpicklingError("not a tensor storage")
-        info = self.archive.getinfo(f"{self.prefix}/data/{key}")
-        if info.compress_type != zipfile.ZIP_STORED or info.file_size != count * dtype.itemsize:
-            raise pickle.UnpicklingError("a storage of another size")
-        out = np.empty(count, dtype)
-        with self.archive.open(info) as f:
-            f.readinto(memoryview(out).cast("B"))
-        return out
+        if key not in self.storages:  # a storage named again is the same array, never read twice
+            self.storages[key] = self.storage(key, dtype.target, count)
+        return self.storages[key]
+
+
+class _Named:
+    """What a pickle may name (a function, a class, a storage's dtype), held so that the pickle cannot set its state:
+    BUILD on the shared object itself would change it for the whole process."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target):
+        self.target = target
+
+    def __call__(self, *args):
+        return self.target(*args)
+
+    def __setstate__(self, state):
+        raise pickle.UnpicklingError("it sets the state of a function or class")
+
+
+class _Stub:
+    """Whatever a scanned pickle builds with a callable other than ours: it takes anything and holds nothing."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return _Stub()
+
+    def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+    def append(self, item):
+        pass
+
+    def extend(self, items):
+        pass
+
+
+def latin1(text, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+    """`_codecs.encode` as pickle's protocol 2 uses it, to store bytes as latin1 text; any other codec (one that
+    could double its input, again and again) is refused."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise _Hostile(
+            f"it applies the codec {str(encoding)[:40]!r} to {type(text).__name__}, which no model file does"
+        )
+    return text.encode("latin1")
+
+
+def count_ops(f, path: Path, budget: int = MAX_PICKLE_OPS) -> int:
+    """Walk one pickle of `f` by its operations and refuse one of more than `budget` (each may make an object, so
+    the walk bounds the memory of reading it); returns the operations left."""
+    for op, _, _ in pickletools.genops(f):
+        budget -= 1
+        if budget < 0:
+            raise _Hostile(f"its pickle holds more than {MAX_PICKLE_OPS:,} operations, beyond any model file")
+        if op.name == "STOP":
+            break
+    return budget
+
+
+def _pickle_member(archive: zipfile.ZipFile) -> zipfile.ZipInfo | None:
+    """A torch zip's one data.pkl, refused when it inflates past MAX_PICKLE_BYTES; None when there is not one."""
+    pickles = [info for info in archive.infolist() if info.filename.endswith("/data.pkl")]
+    if len(pickles) != 1:
+        return None
+    if pickles[0].file_size > MAX_PICKLE_BYTES:
+        raise _Hostile(f"its data.pkl is {pickles[0].file_size:,} bytes, more than any model's ({MAX_PICKLE_BYTES:,})")
+    return pickles[0]
+
+
+def scan_model_file(path: Path) -> None:
+    """Refuse, before torch reads it, a model file whose pickle asks for more than any model needs (a codec applied
+    again and again, a pickle that inflates or holds millions of operations): a ModelError within a bounded time and
+    memory. What this cannot parse is left to torch.load to describe."""
+    try:
+        with open(path, "rb") as raw:
+            if zipfile.is_zipfile(raw):
+                with zipfile.ZipFile(raw) as archive:
+                    if (info := _pickle_member(archive)) is None:
+                        return
+                    with archive.open(info) as f:
+                        count_ops(f, path)
+                    with archive.open(info) as f:
+                        _Unpickler(f).load()
+                return
+            budget = MAX_PICKLE_OPS
+            for _ in range(5):  # the legacy format: magic, protocol, system, the object, the storage keys
+                at = raw.tell()
+                budget = count_ops(raw, path, budget)
+                end = raw.tell()
+                raw.seek(at)
+                _Unpickler(raw).load()
+                raw.seek(end)
+    except _Hostile as e:
+        raise refused(path, e) from None
+    except Exception:  # noqa: BLE001 - not ours to describe: torch.load reads the file and names the fault
+        return
+
+
+def refused(path: Path, error: _Hostile) -> ModelError:
+    return ModelError(f"{path}: refused: {error} (the file is corrupt or hostile)")
 
 
 def read_checkpoint(path: Path) -> dict | None:
-    """Our SP checkpoint's contents, tensors as numpy arrays, read without torch; None for any other file (a
-    legacy or general model, a folder, a damaged or foreign file: models.load_model reads it or says why not)."""
+    """Our SP checkpoint's contents, tensors as numpy arrays, read without torch within scan_model_file's budget (a
+    ModelError beyond it); None for any other file (a legacy or general model, a folder, a damaged or foreign file:
+    models.load_model reads it or says why not)."""
     if not path.is_file():  # a pipe or device is never opened here (reading it would wait or consume it)
         return None
     try:
         with zipfile.ZipFile(path) as archive:
-            pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
-            if len(pickles) != 1 or archive.getinfo(pickles[0]).file_size > 256 << 20:
+            info = _pickle_member(archive)
+            if info is None or info.compress_type != zipfile.ZIP_STORED:  # torch stores its pickle as it is
                 return None
-            with archive.open(pickles[0]) as f:
-                state = _Unpickler(f, archive, pickles[0].rsplit("/", 1)[0]).load()
-    except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError, TypeError, KeyError, EOFError):
+            prefix = info.filename.rsplit("/", 1)[0]
+
+            def storage(key: str, dtype: np.dtype, count: int) -> np.ndarray:
+                member = archive.getinfo(f"{prefix}/data/{key}")
+                if member.compress_type != zipfile.ZIP_STORED or member.file_size != count * dtype.itemsize:
+                    raise pickle.UnpicklingError("a storage of another size")
+                out = np.empty(count, dtype)
+                with archive.open(member) as f:
+                    f.readinto(memoryview(out).cast("B"))
+                return out
+
+            with archive.open(info) as f:
+                count_ops(f, path)
+            with archive.open(info) as f:
+                state = _Unpickler(f, storage).load()
+    except _Hostile as e:
+        raise refused(path, e) from None
+    except Exception:  # noqa: BLE001 - any other fault: the torch loader reads the file again and names it
         return None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    if not isinstance(state, dict) or not isinstance(state.get("format"), str) or state["format"] != FORMAT:
         return None
     return state
 
@@ -408,15 +595,18 @@ def static_from_checkpoint(state: dict, path: Path) -> StaticModel | None:
     """A StaticModel from `read_checkpoint`'s contents; None for a model that is not SP alone. ModelError for a
     damaged one, which the caller leaves to the torch loader to describe."""
     config = state.get("config")
-    if not isinstance(config, dict) or config.get("encoder", "sp") != "sp" or "parts" in config:
+    if not isinstance(config, dict) or not isinstance(config.get("encoder", "sp"), str):
+        raise ModelError(f"{path}: damaged")
+    if config.get("encoder", "sp") != "sp" or "parts" in config:
         return None
     check_small(config, path, "config")
-    if state.get("format_version") not in (FORMAT_VERSION, INT8_VERSION) or not isinstance(
-        state.get("sp_model"), bytes
-    ):
+    version = state.get("format_version")
+    if type(version) is not int or version not in (FORMAT_VERSION, INT8_VERSION):
+        raise ModelError(f"{path}: damaged")
+    if not isinstance(state.get("sp_model"), bytes):
         raise ModelError(f"{path}: damaged")
     table, scale = state.get("embedding"), state.get("embedding_scale")
-    if state["format_version"] == INT8_VERSION:
+    if version == INT8_VERSION:
         if not (isinstance(table, np.ndarray) and table.dtype == np.int8 and table.ndim == 2):
             raise ModelError(f"{path}: damaged")
         if not (isinstance(scale, np.ndarray) and scale.dtype == np.uint16 and scale.shape == (len(table), 1)):
@@ -431,7 +621,13 @@ def static_from_checkpoint(state: dict, path: Path) -> StaticModel | None:
     if rows is None and len(table) != len(tokenizer):
         raise ModelError(f"{path}: damaged")
     if rows is not None:
-        fits = rows.ndim == 1 and len(rows) == len(tokenizer) and rows.dtype.kind == "i" and isinstance(unk, int)
+        fits = (
+            isinstance(rows, np.ndarray)
+            and rows.ndim == 1
+            and len(rows) == len(tokenizer)
+            and rows.dtype.kind == "i"
+            and isinstance(unk, int)
+        )
         if not fits or (len(rows) and not (-1 <= rows.min() and rows.max() < len(table))) or not 0 <= unk < len(table):
             raise ModelError(f"{path}: damaged")
         rows = rows.astype(np.int64)
@@ -442,7 +638,8 @@ def static_from_checkpoint(state: dict, path: Path) -> StaticModel | None:
 
 def check_small(value, path: Path, key: str, budget: int = 100_000, depth: int = 32) -> None:
     """Refuse a config too large or deep to be one (nested or shared so that walking it never ends, a
-    "billion laughs"): it is walked once with a budget of nodes and a depth limit."""
+    "billion laughs"), or one holding anything but plain data: it is walked once with a budget of nodes and a depth
+    limit."""
     stack, seen = [(value, 0)], 0
     while stack:
         item, level = stack.pop()
@@ -455,6 +652,8 @@ def check_small(value, path: Path, key: str, budget: int = 100_000, depth: int =
             stack += [(v, level + 1) for v in item.values()]
         elif isinstance(item, list | tuple):
             stack += [(v, level + 1) for v in item]
+        elif item is not None and not isinstance(item, bool | int | float | str):
+            raise ModelError(f"{path}: its {key} holds a {type(item).__name__}, not plain data (the file is corrupt)")
 
 
 def first_sentence(error: Exception) -> str:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import itertools
 import json
 import math
@@ -56,6 +55,7 @@ from paraphrastic.fileio import (
     atomic_output,
     cli_parser,
     device_name,
+    file_digest,
     iter_line_chunks,
     lock_folder,
     open_input,
@@ -747,7 +747,8 @@ class Trainer:
         if state["num_pairs"] != len(self.sampler):
             raise InputError(
                 f"{self.out / 'resume.pt'}: the run trained on {state['num_pairs']} pairs but the data given has "
-                f"{len(self.sampler)}; resume with the same training data"
+                f"{len(self.sampler)}; resume with the same training data (--force-resume accepts other files, but "
+                "only with as many pairs: the saved position counts them)"
             )
         self.model.embedding.weight.data.copy_(state["model"]["embedding"])
         self.model.lstms.load_state_dict(state["model"].get("lstm") or {})
@@ -1300,7 +1301,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--force-resume",
         action="store_true",
-        help="with --resume: accept training, distillation, tokenizer or init files other than the saved run's",
+        help="with --resume: accept training, distillation, tokenizer or init files other than the saved run's "
+        "(the training data must hold as many pairs)",
     )
     p.add_argument("--threads", type=at_least(1), default=None, help="CPU threads (default: the idle cores)")
     distributed.add_arguments(p)  # --global-megabatch, --dist-backend
@@ -1402,15 +1404,13 @@ def check_resume_args(config: Config, state: dict, out: Path) -> None:
 
 
 def fingerprint(path: Path) -> str:
-    """A file's size and a hash of its first and last MiB: a file changed in place at the same path differs."""
-    size = path.stat().st_size
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        digest.update(f.read(1 << 20))
-        if size > 2 << 20:
-            f.seek(-(1 << 20), os.SEEK_END)
-        digest.update(f.read(1 << 20))
-    return f"{size}:{digest.hexdigest()[:32]}"
+    """A file's size and the sha256 of its whole content (streamed: seconds for 10 GB)."""
+    return f"{path.stat().st_size}:sha256:{file_digest(path)}"
+
+
+def same_content(saved: str, now: str) -> bool:
+    """Whether two fingerprints name the same content; a run saved before whole-content hashes is compared by size."""
+    return saved == now if ":sha256:" in saved else saved.split(":")[0] == now.split(":")[0]
 
 
 def input_fingerprints(config: Config) -> dict[str, str]:
@@ -1426,7 +1426,7 @@ def check_inputs_unchanged(config: Config, state: dict, out: Path) -> None:
     if not isinstance(saved, dict) or config.force_resume:
         return
     now = input_fingerprints(config)
-    changed = [path for path, value in saved.items() if path in now and now[path] != value]
+    changed = [path for path, value in saved.items() if path in now and not same_content(str(value), now[path])]
     if changed:
         raise InputError(
             f"{out / 'resume.pt'}: {', '.join(changed)} changed since the run was saved (same name, other content); "

@@ -9,6 +9,7 @@ row i is still line i. With one worker the jobs run in the calling process itsel
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import gc
 import multiprocessing
 import os
@@ -27,6 +28,8 @@ from paraphrastic.fileio import Error
 
 IN_FLIGHT = 2  # jobs per worker submitted ahead: one running, one queued
 PARENT_POLL_S = 0.5  # how often a worker checks that its parent lives
+WATCH_S = 1.0  # how often the caller, waiting on a job, looks at its workers
+STALL_S = 120.0  # workers that use no CPU for this long while a job waits are stuck (blocked, or hung)
 _model = None  # this worker's model, set when the worker starts
 _threads: int | None = None  # set by use_threads
 
@@ -102,10 +105,10 @@ def _run(fn: Callable, job: Any) -> Any:
 
 class Workers:
     """A pool of `size` worker processes holding `model` (default: `threads()`, which the commands set with
-    --threads); a context manager, reusable across calls until closed."""
+    --threads); a context manager, reusable across calls until closed, in the process that started it."""
 
     def __init__(self, model, size: int | None = None):
-        self.model = model
+        self.model, self.owner, self.closed = model, os.getpid(), False
         self.size = max(1, size or threads())
         self.pool: cf.ProcessPoolExecutor | None = None
         if self.size > 1:
@@ -117,15 +120,20 @@ class Workers:
     def map(self, fn: Callable[[Any, Any], Any], jobs: Iterable) -> Iterator:
         """fn(model, job) for each job, results in the order of the jobs. `fn` must be a module-level function
         (it is sent to the workers by name)."""
+        if self.closed:
+            raise WorkerError("this pool of worker processes was closed: start a new one (start_multi_process_pool)")
+        if os.getpid() != self.owner:
+            raise WorkerError(f"this pool of worker processes belongs to process {self.owner}, not to this forked "
+                              "child: start a pool in the child (start_multi_process_pool)")  # fmt: skip
         if self.pool is None:
             yield from (fn(self.model, job) for job in jobs)
             return
         pending: deque[cf.Future] = deque()
         try:
             for job in jobs:
-                with warnings.catch_warnings():  # Python 3.12+ warns of fork in a threaded process; the workers
+                with warnings.catch_warnings(), self.died():  # Python 3.12+ warns of fork in a threaded process;
                     warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
-                    pending.append(self.pool.submit(_run, fn, job))  # use no lock a thread may hold
+                    pending.append(self.pool.submit(_run, fn, job))  # the workers use no lock a thread may hold
                 if len(pending) >= IN_FLIGHT * self.size:
                     yield self._result(pending.popleft())
             while pending:
@@ -135,22 +143,74 @@ class Workers:
                 future.cancel()
 
     def _result(self, future: cf.Future) -> Any:
+        """The job's result, watching the workers while it waits: a stopped worker, or workers that use no CPU for
+        STALL_S, end the run with one error naming them (a job would otherwise wait for ever)."""
+        idle, cpu = 0.0, self.cpu_seconds()
+        with self.died():
+            while True:
+                try:
+                    return future.result(timeout=WATCH_S)
+                except cf.TimeoutError:
+                    pass
+                states = {pid: process_state(pid) for pid in self.pids()}
+                if stopped := [str(pid) for pid, state in states.items() if state in ("T", "t")]:
+                    raise WorkerError(f"worker process {', '.join(stopped)} is stopped (SIGSTOP, or a debugger): "
+                                      f"continue it (kill -CONT {' '.join(stopped)}) or stop the run")  # fmt: skip
+                now = self.cpu_seconds()
+                idle = idle + WATCH_S if now is not None and now == cpu else 0.0
+                cpu = now
+                if idle >= STALL_S:
+                    raise WorkerError(f"the worker processes ({', '.join(map(str, states))}) used no CPU for "
+                                      f"{idle:.0f} s while a job waited: stuck; stop the run and look at them")  # fmt: skip
+
+    @contextlib.contextmanager
+    def died(self) -> Iterator[None]:
+        """BrokenProcessPool, now or on a later call of a broken pool, as the one error the commands document."""
         try:
-            return future.result()
+            yield
         except BrokenProcessPool:
             raise WorkerError(
                 "a worker process died (killed, or out of memory); nothing was written in place of the output "
-                "(run again, with fewer --threads if memory is short)"
+                "(run again, with fewer --threads if memory is short; a kept pool must be started anew)"
             ) from None
 
+    def pids(self) -> list[int]:
+        return list(getattr(self.pool, "_processes", None) or {})  # the executor's own map of its processes
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the workers have used so far (None where /proc cannot say)."""
+        times = [process_cpu(pid) for pid in self.pids()]
+        return None if None in times else sum(times)
+
     def close(self) -> None:
-        """Stop the workers (jobs already running finish first)."""
-        if self.pool is not None:
+        """Stop the workers (jobs already running finish first); the pool cannot be used again."""
+        self.closed = True
+        if self.pool is not None and os.getpid() == self.owner:
             self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
+        self.pool = None
 
     def __enter__(self) -> Workers:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_state(pid: int) -> str | None:
+    """A process's state letter (R running, S sleeping, T stopped, ...), or None where unknown."""
+    fields = _proc_stat(pid)
+    return fields[0] if fields else None
+
+
+def process_cpu(pid: int) -> float | None:
+    """User plus system CPU seconds a process has used, or None where unknown."""
+    fields = _proc_stat(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else None

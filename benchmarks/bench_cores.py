@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import ROOT, english_sentences, machine_header
+from common import ROOT, children, english_sentences, machine_header
 
 from paraphrastic import models
 
@@ -58,14 +58,6 @@ def anon_kib(pid: int) -> int:
             continue
         total += next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss_Anon:")), 0)
     return total
-
-
-def children(pid: int) -> list[int]:
-    try:
-        found = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return []
-    return [int(c) for c in found]
 
 
 def timed(cmd: list[str], sample: float | None = None) -> tuple[float, int]:

@@ -55,3 +55,12 @@ def machine_header() -> str:
         f"machine: {cpu}, {os.cpu_count()} cores; python {platform.python_version()}, torch {torch.__version__}, "
         f"sentencepiece {sentencepiece.__version__}, numpy {numpy.__version__}"
     )
+
+
+def children(pid: int) -> list[int]:
+    """The process ids of a process's children (none once it is gone)."""
+    try:
+        found = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [int(c) for c in found]

@@ -66,7 +66,7 @@ def test_search_returns_the_exact_top_k(tiny_model):
     exact = np.sort(tiny_model.score_raw_text([(query, line) for line in lines]))[::-1][:5]
     np.testing.assert_allclose([s for s, _ in hits], exact, atol=1e-6)
     assert [s for s, _ in hits] == tiny_model.score_raw_text([(query, line) for _, line in hits]) and ms > 0
-    assert len(demo.search(tiny_model, corpus, lines[7], k=500)[0]) == 300
+    assert len(demo.search(tiny_model, corpus, lines[7], k=500)[0]) == demo.MAX_RESULTS  # a request is bounded
     assert demo.search(tiny_model, corpus, lines[7], k=1)[0][0] == pytest.approx((1.0, lines[7]))
     with pytest.raises(InputError, match="the query is empty"):
         demo.search(tiny_model, corpus, " ")
@@ -388,3 +388,32 @@ def test_the_matching_view_opens_with_an_example_and_hints_at_the_multilingual_m
     rows = demo.match_lists(demo.get_model("default"), "\n".join(first), "\n".join(second))
     assert len(rows) == len(first)
     assert "multilingual" in static.ENGLISH_ONLY and static.english_only("default")
+
+
+def test_the_demo_checks_its_extra_before_any_work(monkeypatch, capsys):
+    real = demo.importlib.util.find_spec
+    monkeypatch.setattr(demo.importlib.util, "find_spec", lambda name: None if name == "gradio" else real(name))
+    monkeypatch.setattr(demo, "get_model", lambda name: pytest.fail("a model was loaded before the check"))
+    assert demo.main([]) == 2
+    assert 'pip install "paraphrastic[demo]"' in capsys.readouterr().err
+
+
+def test_match_lists_refuses_bad_options_and_long_lists(tiny_model_file):
+    model = models.load_model(tiny_model_file)
+    for retrieval, k in (("bogus", 4), ("forward", 0), ("forward", 10**6)):
+        with pytest.raises(InputError, match="retrieval must be one of forward, max-score, intersect"):
+            demo.match_lists(model, "a cat", "a dog", retrieval, k)
+    many = "\n".join(f"line {i}" for i in range(demo.MAX_LIST_LINES + 1))
+    with pytest.raises(InputError, match="matches at most 2,000"):
+        demo.match_lists(model, many, "a dog")
+
+
+def test_search_reads_only_the_named_corpus_or_an_upload(tmp_path):
+    gradio_utils = pytest.importorskip("gradio.utils")
+    corpus = tmp_path / "corpus.txt"
+    assert demo.corpus_file(None, corpus) == corpus and demo.corpus_file(str(corpus), corpus) == corpus.resolve()
+    uploaded = Path(gradio_utils.get_upload_folder()) / "abc" / "mine.txt"
+    assert demo.corpus_file(str(uploaded), corpus) == uploaded.resolve()
+    for path in ("/etc/passwd", str(Path(gradio_utils.get_upload_folder()) / ".." / "secret.txt")):
+        with pytest.raises(InputError, match="not a file uploaded to this page"):
+            demo.corpus_file(path, corpus)

@@ -311,3 +311,27 @@ def test_18_an_unreadable_input_is_named(tiny_model_file, tmp_path, capsys):
                     "--output-file", out)  # fmt: skip
     assert_one_line_error(done, f"{corrupt}: not a readable gzip file")
     assert not out.exists()
+
+
+def test_19_resume_refuses_a_file_changed_only_in_its_middle(sp_file, tmp_path, capsys):
+    pairs = tmp_path / "big.tsv"
+    lines = [f"a man rides horse number {i}\ta person rides a horse {i}" for i in range(80_000)]  # about 4 MB
+    pairs.write_text("\n".join(lines) + "\n")
+    run = tmp_path / "run"
+    assert train.main(train_args(pairs, sp_file, run, "--max-steps", "2")) == 0
+    middle = len(lines) // 2
+    lines[middle], lines[middle + 1] = lines[middle + 1], lines[middle]  # same size, same first and last MiB
+    pairs.write_text("\n".join(lines) + "\n")
+    done = run_main(train, capsys, *train_args(pairs, sp_file, run, "--max-steps", "4", "--resume"))
+    assert_one_line_error(done, f"{pairs} changed since the run was saved", "--force-resume")
+
+
+def test_19_force_resume_says_the_pair_count_must_hold(pairs_file, sp_file, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train.main(train_args(pairs_file, sp_file, run, "--max-steps", "2")) == 0
+    pairs_file.write_text(pairs_file.read_text() + "one more pair\tand its partner\n")
+    args = train_args(pairs_file, sp_file, run, "--max-steps", "4", "--resume", "--force-resume")
+    done = run_main(train, capsys, *args)
+    assert_one_line_error(
+        done, "pairs but the data given has", "--force-resume accepts other files, but only with as many pairs"
+    )

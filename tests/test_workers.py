@@ -145,15 +145,43 @@ def alive(pid: int) -> bool:
         return False
 
 
+ENCODE = """import sys
+from paraphrastic import static, workers
+workers.use_threads(2)
+model = static.load_encoder(sys.argv[1])
+texts = open(sys.argv[2]).read().splitlines()
+while True:
+    model.encode(texts)
+"""
+
+
+def run_of(command: str, text: Path, pairs: Path, model: Path, out: Path) -> list[str]:
+    """The command line of a run of `command` (embed, score, or a script calling encode) with 2 workers."""
+    if command == "encode":
+        return [sys.executable, "-c", ENCODE, str(model), str(text)]
+    module, given = {"embed": ("embed_sentences", ["--sentence-file", text]),
+                     "score": ("score_sentence_pairs", ["--sentence-pair-file", pairs])}[command]  # fmt: skip
+    return [sys.executable, "-m", f"paraphrastic.{module}", *map(str, given), "--output-file", str(out),
+            "--load-file", str(model), "--threads", "2", "--quiet"]  # fmt: skip
+
+
+def left_by(pid: int, *folders: Path) -> list[str]:
+    """Files in `folders` whose names carry the process id `pid` (temporaries, shared rows)."""
+    return [p.name for folder in folders for p in folder.iterdir() if f".{pid}." in p.name]
+
+
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
-def test_a_killed_command_leaves_no_worker_and_sigterm_no_temporary(tiny_model_file, tmp_path, how):
-    """paraphrastic-embed --threads 2 killed while its workers run: no worker alive 5 s later (they watch their
-    parent); SIGTERM is Ctrl-C's clean-up (temporary output removed) and exit 143."""
-    path = tmp_path / "big.txt"
-    path.write_text("".join(s + "\n" for s in generated_sentences(2000, seed=4)) * 400)
-    cmd = [sys.executable, "-m", "paraphrastic.embed_sentences", "--sentence-file", str(path), "--output-file",
-           str(tmp_path / "out.npy"), "--load-file", str(tiny_model_file), "--threads", "2", "--quiet"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("command", ["embed", "score", "encode"])
+def test_a_killed_run_leaves_no_process_and_no_file_after_the_next_run(tiny_model_file, tmp_path, command, how):
+    """embed, score or encode with 2 workers, killed while its workers run: no process of the run alive 5 s later
+    (the workers watch their parent); SIGTERM is Ctrl-C's clean-up (exit 143); and once the next run is done, no
+    file of the killed run is left in /dev/shm or beside the output."""
+    sentences = generated_sentences(2000, seed=4)
+    text, pairs = tmp_path / "big.txt", tmp_path / "pairs.txt"
+    text.write_text("".join(s + "\n" for s in sentences) * 200)
+    pairs.write_text("".join(f"{a}\t{b}\n" for a, b in zip(sentences, sentences[1:], strict=False)) * 200)
+    out = tmp_path / "out.bin"
+    proc = subprocess.Popen(run_of(command, text, pairs, tiny_model_file, out), stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while len(children(proc.pid)) < 2:
         assert time.time() < deadline and proc.poll() is None
@@ -162,8 +190,57 @@ def test_a_killed_command_leaves_no_worker_and_sigterm_no_temporary(tiny_model_f
     time.sleep(0.5)
     proc.send_signal(how)
     code = proc.wait()
-    time.sleep(5)
+    for _ in range(50):  # up to 5 s
+        if not [pid for pid in workers if alive(pid)]:
+            break
+        time.sleep(0.1)
     assert [pid for pid in workers if alive(pid)] == []
-    if how == signal.SIGTERM:
+    if how == signal.SIGTERM and command != "encode":  # a script of one's own has Python's default SIGTERM
         assert code == 143 and "interrupted" in proc.stderr.read()
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["big.txt", "tiny.pt"]
+        assert left_by(proc.pid, tmp_path, static.SHM_DIR) == []
+    text.write_text("".join(s + "\n" for s in sentences) * 15)  # the next run: 30,000 lines, workers again
+    pairs.write_text("".join(f"{a}\t{b}\n" for a, b in zip(sentences, sentences[1:], strict=False)) * 15)
+    script = ENCODE.replace("while True:\n    ", "")
+    nxt = run_of(command, text, pairs, tiny_model_file, out)
+    subprocess.run([sys.executable, "-c", script, *nxt[3:]] if command == "encode" else nxt, check=True)
+    assert left_by(proc.pid, tmp_path, static.SHM_DIR) == []
+
+
+def slow_square(model, job):
+    time.sleep(0.2)
+    return job * job
+
+
+def test_a_stopped_worker_is_named_in_one_error(tiny_model):
+    with Workers(tiny_model, 2) as pool:
+        results = pool.map(slow_square, range(40))
+        assert next(results) == 0
+        stopped = pool.pids()[0]
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            with pytest.raises(WorkerError, match=f"worker process {stopped} is stopped .*kill -CONT {stopped}"):
+                list(results)
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+
+
+def test_broken_closed_and_inherited_pools_each_give_one_clear_error(tiny_model):
+    pool = tiny_model.start_multi_process_pool(2)
+    assert list(pool.map(square, range(4))) == [0, 1, 4, 9]
+    os.kill(pool.pids()[0], signal.SIGKILL)
+    for _ in range(2):  # the call that finds it broken, and every later one
+        with pytest.raises(WorkerError, match="a worker process died"):
+            list(pool.map(square, range(40)))
+    pool.close()
+    with pytest.raises(WorkerError, match="was closed: start a new one"):
+        tiny_model.encode(["a", "b"], pool=pool)
+    with tiny_model.start_multi_process_pool(2) as kept:
+        child = os.fork()
+        if child == 0:  # a forked child given the parent's pool: an error at once, not a hang
+            try:
+                list(kept.map(square, range(4)))
+                os._exit(1)
+            except WorkerError as e:
+                os._exit(3 if "belongs to process" in str(e) else 2)
+        assert os.waitpid(child, 0)[1] >> 8 == 3
+        assert list(kept.map(square, range(4))) == [0, 1, 4, 9]

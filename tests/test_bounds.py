@@ -1,0 +1,85 @@
+"""Memory bounded by bytes, not lines or lengths: jobs and batches cut by their text's size, a long text tokenized in
+pieces, and model files read within a budget (each hostile file of tests/hostile.py: one error line, well under
+1 GiB, in both readers)."""
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from hostile import HOSTILE, reader_script
+
+from paraphrastic import fileio, static
+
+
+@pytest.fixture(scope="module")
+def model():
+    return static.load_encoder()
+
+
+def test_line_blocks_are_cut_by_bytes_a_longer_line_alone(tmp_path):
+    path = tmp_path / "long.txt"
+    lines = [("word " * (20_000 * (1 + i % 3))).strip() for i in range(60)]  # 100 to 300 KB each
+    path.write_text("\n".join(lines) + "\n")
+    blocks = list(fileio.iter_line_blocks(path, 16384, chunk_bytes=1 << 20))
+    assert all(len(blob) <= 1 << 20 or blob.count(b"\n") == 1 for _, blob in blocks) and len(blocks) > 10
+    assert b"".join(blob for _, blob in blocks) == path.read_bytes()
+    assert [first for first, _ in blocks] == list(np.cumsum([1] + [b.count(b"\n") for _, b in blocks[:-1]]))
+    assert all(len(blob) <= fileio.JOB_BYTES for _, blob in fileio.iter_line_blocks(path, 16384))
+
+
+def test_batches_and_jobs_are_cut_by_characters(model, monkeypatch):
+    monkeypatch.setattr(static, "JOB_BYTES", 100_000)
+    texts = ["short one"] * 50 + ["x " * 30_000] * 6 + ["short two"] * 50
+    sizes = []
+    token_ids = model.token_ids
+    monkeypatch.setattr(
+        model, "token_ids", lambda batch, *a: sizes.append(sum(map(len, batch))) or token_ids(batch, *a)
+    )
+    vectors = model.embed_here(texts, batch_size=8192)
+    assert max(sizes) <= 100_000 and len(sizes) >= 4
+    assert np.array_equal(vectors[:50], np.repeat(model.encode(["short one"]), 50, axis=0))
+    cuts = static.text_slices(["a" * 5, "b" * 3, "c" * 10, "d", "e"], most=3, chars=8)
+    assert cuts == [slice(0, 2), slice(2, 3), slice(3, 5)]
+
+
+class CountingSP:
+    """A sentencepiece processor that records the characters of each encode call."""
+
+    def __init__(self, sp):
+        self.sp, self.calls = sp, []
+
+    def encode(self, texts, **kwargs):
+        self.calls.append(sum(map(len, texts)))
+        return self.sp.encode(texts, **kwargs)
+
+
+def test_a_long_text_is_tokenized_in_pieces_with_the_same_ids(model, monkeypatch):
+    words = " ".join(["the cat sat on the mat while a dog ran after a red ball"] * 8000)  # about 460,000 characters
+    whole = model.tokenizer.encode([words])[0]
+    counting = CountingSP(model.tokenizer.sp)
+    monkeypatch.setattr(model.tokenizer, "sp", counting)
+    flat, lengths = model.tokenizer.encode_flat(["a cat", words, "a dog"])
+    assert max(counting.calls) <= static.SEGMENT_CHARS and len(counting.calls) > 5
+    assert lengths[1] == len(whole) and np.array_equal(flat[lengths[0] : lengths[0] + lengths[1]], whole)
+    assert static.segments("ab cd ef", 4) == ["ab", " cd", " ef"] and static.segments("abcdefgh", 3) == [
+        "abc",
+        "def",
+        "gh",
+    ]
+
+
+@pytest.mark.parametrize("reader", ["static", "torch"])
+def test_hostile_model_files_give_one_error_line_within_a_memory_budget(tmp_path, reader):
+    files = {name: build(tmp_path / f"{i}.pt") for i, (name, build) in enumerate(HOSTILE.items())}
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", reader_script(reader, files)], capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    assert done.returncode == 0, done.stderr[-2000:]
+    *results, peak = done.stdout.strip().splitlines()
+    print(f"{reader} reader: {len(files)} hostile files in {seconds:.1f} s, peak {int(peak.split()[1]) >> 10} MiB")
+    for line in results:
+        name, result = line.split("\t", 1)
+        assert result.startswith(f"error: {files[name]}: "), line
+    assert len(results) == len(files) and int(peak.split()[1]) < 1 << 20  # KiB: under 1 GiB, all files in turn
