@@ -4,7 +4,7 @@
 
 The page is served on this machine only (127.0.0.1 unless --host says otherwise), fetches nothing from
 the internet and sends no analytics. Each view calls what the scripts call: score_raw_text, embed_raw_text
-and mine_bitext's margin-scored matching. Needs the `demo` extra: pip install -e .[demo]
+and mine_bitext's margin-scored matching. Needs the `demo` extra: pip install "paraphrastic[demo]"
 """
 
 from __future__ import annotations
@@ -26,7 +26,17 @@ import torch
 from tqdm import tqdm
 
 from paraphrastic import knn, mine_bitext
-from paraphrastic.fileio import Error, InputError, at_least, cli_parser, count_lines, open_input, read_lines, run_cli
+from paraphrastic.fileio import (
+    Error,
+    InputError,
+    at_least,
+    cli_parser,
+    count_lines,
+    install_hint,
+    open_input,
+    read_lines,
+    run_cli,
+)
 from paraphrastic.models import Model, load_model
 from paraphrastic.static import ENGLISH_ONLY, SHIPPED, english_only
 from paraphrastic.workers import use_threads
@@ -167,13 +177,15 @@ def read_corpus(path: str | os.PathLike, max_lines: int, dim: int) -> list[str]:
 
 def embed_corpus(model: Model, name: str, lines: list[str], progress: Callable | None = None) -> Corpus:
     """Embed the lines once into unit float16 rows, reporting progress(fraction, desc=...) per batch."""
-    vectors, batch = torch.empty((len(lines), model.dim), dtype=torch.float16), 65536
+    vectors, batch = torch.empty((len(lines), model.dim), dtype=torch.float16), 16384
     with model.start_multi_process_pool() as pool:  # one worker per --threads
         for start in range(0, len(lines), batch):
             if progress:
                 progress(start / len(lines), desc=f"embedding {name}: {start:,} of {len(lines):,} sentences")
             part = model.embed_raw_text(lines[start : start + batch], pool=pool)
             vectors[start : start + len(part)] = torch.from_numpy(knn.unit_rows(part))
+    if progress:
+        progress(1.0, desc=f"embedded {name}: {len(lines):,} sentences")
     return Corpus(name, lines, vectors)
 
 
@@ -361,9 +373,7 @@ def parse_args(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if importlib.util.find_spec("gradio") is None:  # before any work: the page needs it
-        raise InputError(
-            'the demo needs its extra: pip install "paraphrastic[demo]" (in a checkout: pip install -e ".[demo]")'
-        )
+        raise InputError(f"the demo needs its extra: {install_hint('demo')}")
     if args.model not in SHIPPED and not Path(args.model).exists():
         raise InputError(f"unknown model {args.model!r}: give {' or '.join(SHIPPED)}, or a model file")
     use_threads(args.threads)

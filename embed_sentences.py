@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from paraphrastic import ray_engine
 from paraphrastic.fileio import (
@@ -41,13 +40,15 @@ from paraphrastic.fileio import (
     invalid_utf8_note,
     iter_line_blocks,
     open_input,
+    progress,
     refuse_same_file,
     remove_stale_temps,
     reserve_space,
     run_cli,
     write_npy_rows,
 )
-from paraphrastic.static import load_encoder, model_path, tally_unknown, unknown_warning, use_torch_for
+from paraphrastic.language import foreign_warning
+from paraphrastic.static import english_only, load_encoder, model_path, tally_unknown, unknown_warning, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
@@ -139,7 +140,7 @@ def embed_file(
         )
         row, workers = 0, workers or threads()
         use_torch_for(-(-n // workers))  # before the fork: imported once for every worker
-        with Workers(model, workers) as pool, tqdm(total=n, unit=" sent", disable=quiet, file=sys.stderr) as bar:
+        with Workers(model, workers) as pool, progress(n, " sent", quiet) as bar:
             for rows, job_stats, tokens in pool.map(embed_job, jobs):
                 if tokens is not None:  # tokenized by the workers, pooled here on the device
                     write_npy_rows(tmp, tokens[0], model.embed_tokens(*tokens[1:]))
@@ -354,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         print(invalid_utf8_note(stats["invalid_utf8_lines"]), file=sys.stderr)
     if unknown := unknown_warning(model, stats):
         print(unknown, file=sys.stderr)
+    if english_only(args.load_file) and (foreign := foreign_warning(stats)):
+        print(foreign, file=sys.stderr)
     where = "" if args.shard is None else f" (shard {args.shard} of {args.num_shards})"
     print(f"wrote {stats['rows']} x {model.dim} {args.dtype} embeddings{where} to {args.output_file}", file=sys.stderr)
     return 0

@@ -39,6 +39,11 @@ JOB_BYTES = 4 << 20  # text in one job (a chunk a worker embeds, a batch tokeniz
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # full disk, quota, file size limit (ulimit -f)
 
 
+def install_hint(extra: str) -> str:
+    """How to install an extra, quoted for every shell: for an installed package, and in a checkout."""
+    return f'pip install "paraphrastic[{extra}]" (in a checkout: pip install -e ".[{extra}]")'
+
+
 def default_data_dir() -> Path:
     """Where the evaluation data is looked for: $PARAPHRASTIC_DATA, else ../shared/data beside a checkout, else
     ~/.cache/paraphrastic/data, the folder `python -m paraphrastic.preprocess.evaluation.download` fills."""
@@ -145,6 +150,21 @@ def _is_utf8(line: bytes) -> bool:
         return False
 
 
+MAGIC = {b"\x93NUMPY": "a NumPy .npy", b"PK\x03\x04": "a zip archive (a .pt model?)", b"%PDF": "a PDF",
+         b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image", b"\x7fELF": "a program",
+         b"\x89HDF": "an HDF5 file", b"PAR1": "a Parquet file", b"SQLite format 3": "an SQLite database"}  # fmt: skip
+
+
+def binary_kind(head: bytes) -> str | None:
+    """What a file that starts with `head` is when it is not text: a known format by its magic number, or many NUL
+    bytes (text may hold a few); None for text."""
+    for magic, kind in MAGIC.items():
+        if head.startswith(magic):
+            return kind
+    nuls = head.count(0)
+    return "binary data (NUL bytes)" if nuls > 8 and nuls > len(head) // 100 else None
+
+
 def iter_line_chunks(
     path: str | os.PathLike,
     chunk_lines: int = 65536,
@@ -186,6 +206,8 @@ def iter_line_blocks(
     left = math.inf if stop is None else max(stop - start, 0)
     buf, marks = b"", np.zeros(0, dtype=np.int64)  # unsent bytes; the offsets of the newlines in them
     with reading(path), open_binary(path) as f:
+        if not offset and not start and (kind := binary_kind(f.peek(8192)[:8192] if hasattr(f, "peek") else b"")):
+            raise InputError(f"{path}: {kind}, not text: give UTF-8 text, one sentence per line")
         f.seek(offset) if offset is not None else skip_lines(f, start)
         while left:
             data = f.read(block)
@@ -295,11 +317,20 @@ def split_pair(line: str, path: Path | str, line_no: int) -> tuple[str, str]:
     """Split `sentence1<TAB>sentence2`; anything but exactly one tab is an InputError."""
     parts = line.split("\t")
     if len(parts) != 2:
-        raise InputError(
-            f"{path}:{line_no}: expected sentence1<TAB>sentence2, found {len(parts) - 1} tabs "
-            "(fix the line, or pass --skip-bad-lines)"
-        )
+        hint = "fix the line, or pass --skip-bad-lines"
+        if len(parts) == 3 and is_number(parts[0]):
+            hint = ("it looks like an STS file, score<TAB>sentence1<TAB>sentence2: give the pairs alone (cut -f2- FILE), "
+                    "or score it against its gold scores with paraphrastic.evaluate.score_sts_file")  # fmt: skip
+        raise InputError(f"{path}:{line_no}: expected sentence1<TAB>sentence2, found {len(parts) - 1} tabs ({hint})")
     return parts[0], parts[1]
+
+
+def is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def parse_pair_lines(
@@ -505,6 +536,22 @@ def process_alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
+def progress(total: int | None, unit: str, quiet: bool = False, **options) -> Iterator:
+    """A tqdm bar on stderr that shows after half a second (a quick error comes alone) and is cleared when an error
+    ends the block, so that the error line is the last thing printed."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit=unit, disable=quiet, file=sys.stderr, delay=0.5, **options)
+    try:
+        yield bar
+    except BaseException:
+        bar.leave = False
+        raise
+    finally:
+        bar.close()
+
+
+@contextlib.contextmanager
 def lock_folder(folder: Path) -> Iterator[None]:
     """Hold an exclusive lock on `folder` (its `.lock` file) inside the block, and remove the file after it;
     a second process asking for it gets an InputError at once instead of interleaving its work."""
@@ -599,7 +646,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def cli_parser(doc: str, example: str, prog: str | None = None) -> argparse.ArgumentParser:
-    """A command's parser: the first paragraph of `doc` as its description, defaults shown, one example."""
+    """A command's parser: the first paragraph of `doc` as its description, defaults shown, one example; named
+    as the example's console command (`python -m paraphrastic.evaluate --help` says paraphrastic-evaluate)."""
+    if prog is None and example.startswith("paraphrastic-"):
+        prog = example.split()[0]
     return argparse.ArgumentParser(
         prog=prog, description=doc.split("\n\n")[0], epilog=f"example:\n  {example}", formatter_class=HelpFormatter
     )

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-FAISS_HINT = "pip install faiss-cpu (or: pip install -e .[mine])"
+FAISS_HINT = 'pip install faiss-cpu (or: pip install "paraphrastic[mine]")'
 
 
 def have_faiss() -> bool:

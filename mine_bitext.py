@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from paraphrastic import knn
+from paraphrastic import knn, language
 from paraphrastic.embed_sentences import embed_file
 from paraphrastic.fileio import (
     InputError,
@@ -49,8 +49,9 @@ from paraphrastic.fileio import (
     run_cli,
     scratch_folder,
 )
+from paraphrastic.language import foreign_warning
 from paraphrastic.models import load_model
-from paraphrastic.static import ENGLISH_ONLY, english_only, model_path
+from paraphrastic.static import english_only, model_path
 from paraphrastic.workers import use_threads
 
 DEFAULT_THRESHOLD = {"margin": 1.06, "cosine": 0.7}
@@ -66,7 +67,9 @@ class Side:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = cli_parser(__doc__, "paraphrastic-mine --source de.txt --target en.txt --output-file mined.tsv")
+    p = cli_parser(
+        __doc__, "paraphrastic-mine --source de.txt --target en.txt --load-file multilingual --output-file mined.tsv"
+    )
     p.epilog = __doc__.split("\n\n", 1)[1] + "\n" + p.epilog
     p.add_argument("--source", help="text file, one sentence per line (bitext mode, with --target)")
     p.add_argument("--target", help="text file, one sentence per line (bitext mode, with --source)")
@@ -109,7 +112,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--engine", choices=["local", "ray"], default="local",
-                   help="ray: embed on a Ray cluster and search in parallel tasks (pip install .[ray,mine])")  # fmt: skip
+                   help="ray: embed on a Ray cluster and search in parallel tasks (pip install \"paraphrastic[ray,mine]\")")  # fmt: skip
     p.add_argument("--address", help="with --engine ray: a running cluster (default: a local Ray on this machine)")
     args = p.parse_args(argv)
     if bool(args.paraphrase) == bool(args.source or args.target) or bool(args.source) != bool(args.target):
@@ -432,8 +435,12 @@ def main(argv: list[str] | None = None) -> int:
         open_input(path)
     refuse_same_file(args.output_file, *files, model_path(args.load_file), args.sp_model)
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
-    if not args.paraphrase and english_only(args.load_file):
-        print(f"note: {ENGLISH_ONLY}", file=sys.stderr)
+    if english_only(args.load_file):  # a side in German or French mines poor pairs without a word: say so
+        for path in files:
+            stats: dict = {}
+            language.tally(next(iter_line_chunks(path, 2000, args.strict), []), stats, sample=2000)
+            if foreign := foreign_warning(stats, f"the first lines of {path}"):
+                print(foreign, file=sys.stderr)
     if args.engine == "ray":
         return mine_on_ray(args, files)
     start = time.perf_counter()

@@ -42,7 +42,7 @@ from paraphrastic.encoders import (
     recurrent_layer,
     recurrent_pool,
 )
-from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output
+from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output, install_hint
 from paraphrastic.static import (
     FORMAT,
     FORMAT_VERSION,
@@ -61,6 +61,7 @@ from paraphrastic.static import (
 )
 
 PRECISIONS = ("float32", "float16", "int8")
+TRAIN_STATE = "paraphrastic-train-state"  # the format of train.py's resume.pt
 LEGACY_UNK = "UUUNKKK"  # the unknown-token row of the original toolkit's released models
 MAX_SP_BYTES = 256 << 20  # sentencepiece models of even a million pieces are a few tens of MB
 SP_FILE = "sentencepiece.model"
@@ -225,12 +226,14 @@ class Model(nn.Module, Encoding):
         return self.pool_parts(self.embedding.weight, self.split_parts(ids, offsets), dropout)
 
     @torch.no_grad()
-    def embed_here(self, texts: Sequence[str], batch_size: int = 8192) -> np.ndarray:
+    def embed_here(self, texts: Sequence[str], batch_size: int = 8192, bar=None) -> np.ndarray:
         """Embed in this process, `batch_size` texts (and JOB_BYTES characters) at a time: float32 (len(texts), dim),
         one row per text."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for cut in text_slices(texts, batch_size):
             out[cut] = self(*self.ids_and_offsets(texts[cut])).cpu().numpy()
+            if bar is not None:
+                bar.update(cut.stop - cut.start)
         return out
 
     @torch.no_grad()
@@ -466,7 +469,7 @@ def read_folder_table(folder: Path) -> torch.Tensor:
         from safetensors import SafetensorError
         from safetensors.numpy import load_file
     except ImportError:
-        raise ModelError(f"{folder}: reading a static-embedding folder needs `pip install .[interop]`") from None
+        raise ModelError(f"{folder}: reading a static-embedding folder needs {install_hint('interop')}") from None
     path = find_in_folder(folder, "model.safetensors")
     check_fits_memory(path, path.stat().st_size)
     try:
@@ -537,6 +540,9 @@ def import_folder(folder: str | os.PathLike) -> SPModel:
     """
     folder = Path(folder)
     if not is_static_folder(folder):
+        if trained := [name for name in ("model.pt", "best.pt") if (folder / name).is_file()]:
+            raise ModelError(f"{folder}: a training folder, not a model: load {folder / trained[0]}"
+                             + (f" (or {folder / trained[1]}, the best on the dev sets)" if len(trained) > 1 else ""))  # fmt: skip
         raise ModelError(f"{folder}: a folder, but not a static-embedding model (no model.safetensors)")
     check_export(folder)
     spec, spec_path = _tokenizer_json(folder)
@@ -583,6 +589,8 @@ def load_model(
             model = from_checkpoint(state, path)
         elif "state_dict" in state and "vocab" in state:
             model = _from_legacy(state, path, sp_model)
+        elif state.get("format") == TRAIN_STATE:
+            raise ModelError(f"{path}: a training state for --resume, not a model: load model.pt or best.pt beside it")
         else:
             raise ModelError(f"{path}: not a paraphrastic model (keys: {sorted(map(str, state))[:6]})")
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:

@@ -1,4 +1,4 @@
-"""Embedding, scoring and bitext mining past one machine, on Ray (`pip install .[ray]`): --engine ray.
+"""Embedding, scoring and bitext mining past one machine, on Ray (`pip install "paraphrastic[ray]"`): --engine ray.
 
 The input files are cut into work items (a plain text file at every LINES_PER_ITEM lines, found by one pass of
 newline counting; a .gz or Parquet file whole). A pool of Ray actors, each holding the model loaded once and
@@ -42,6 +42,7 @@ from paraphrastic.fileio import (
     bad_pairs_note,
     decode_raw,
     file_digest,
+    install_hint,
     invalid_utf8_note,
     iter_line_blocks,
     line_offsets,
@@ -64,7 +65,7 @@ _watcher: tuple[int, int] | None = None  # (process id, pipe) of the watcher of 
 def add_args(p: argparse.ArgumentParser, what: str) -> None:
     """--engine and the options of the Ray engine, shared by embed and score."""
     p.add_argument("--engine", choices=["local", "ray"], default="local",
-                   help="local: worker processes on this machine; ray: a Ray cluster (pip install .[ray])")  # fmt: skip
+                   help="local: worker processes on this machine; ray: a Ray cluster (pip install \"paraphrastic[ray]\")")  # fmt: skip
     p.add_argument("--input", nargs="+", metavar="PATTERN", help=f"with --engine ray: files or globs of {what}")
     p.add_argument("--output-dir", help="with --engine ray: a new or empty folder for the Parquet parts and manifest")
     p.add_argument("--address", help="with --engine ray: a running cluster (default: a local Ray on this machine)")
@@ -81,7 +82,7 @@ def ray_module(local: bool = False):
     try:
         import ray
     except ImportError:
-        raise InputError("--engine ray needs Ray: pip install 'paraphrastic[ray]' (or -e .[ray])") from None
+        raise InputError(f"--engine ray needs Ray: {install_hint('ray')}") from None
     return ray
 
 

@@ -13,8 +13,6 @@ import gc
 import sys
 from pathlib import Path
 
-from tqdm import tqdm
-
 from paraphrastic import ray_engine
 from paraphrastic.fileio import (
     SHOWN,
@@ -29,11 +27,13 @@ from paraphrastic.fileio import (
     iter_line_blocks,
     open_input,
     parse_pair_lines,
+    progress,
     refuse_same_file,
     remove_stale_temps,
     run_cli,
 )
-from paraphrastic.static import load_encoder, model_path, tally_unknown, unknown_warning, use_torch_for
+from paraphrastic.language import foreign_warning
+from paraphrastic.static import english_only, load_encoder, model_path, tally_unknown, unknown_warning, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads
 
 
@@ -88,7 +88,7 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
     jobs = ((path, first, blob, args.strict, args.skip_bad_lines, args.batch_size) for first, blob in blocks)
     workers = threads() if model.on_cpu else 1
     use_torch_for(-(-2 * total // workers))  # before the fork: imported once for every worker
-    with Workers(model, workers) as pool, tqdm(total=total, unit=" pair", disable=args.quiet, file=sys.stderr) as bar:
+    with Workers(model, workers) as pool, progress(total, " pair", args.quiet) as bar:
         for text, lines, chunk_bad, chunk_empty, chunk_stats in pool.map(score_job, jobs):
             out.write(text)
             for key, value in chunk_stats.items():
@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         print(invalid_utf8_note(stats["invalid_utf8_lines"]), file=sys.stderr)
     if unknown := unknown_warning(model, stats):
         print(unknown, file=sys.stderr)
+    if english_only(args.load_file) and (foreign := foreign_warning(stats)):
+        print(foreign, file=sys.stderr)
     if bad:
         print(bad_pairs_note(stats["bad_lines"], bad), file=sys.stderr)
     if empty:

@@ -24,7 +24,7 @@ setup(
     packages=["paraphrastic.data", "paraphrastic.preprocess", "paraphrastic.preprocess.evaluation"],
     package_dir={"paraphrastic": "."},
     package_data={
-        "paraphrastic.data": ["*.txt", "models/*.pt", "models/*.md"],
+        "paraphrastic.data": ["*.txt", "*.json", "models/*.pt", "models/*.md"],
         "paraphrastic.preprocess": ["*.sh", "*.md", "*/*.sh"],
         "paraphrastic.preprocess.evaluation": ["*.sh"],
     },

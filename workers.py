@@ -43,9 +43,12 @@ def use_threads(threads: int | None = None) -> int:
     torch is loaded): `threads`, else the cores that other processes leave idle (at least 1). Spinning threads
     on busy cores are many times slower than one thread."""
     global _threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if not threads:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         threads = max(1, min(cores, round(cores - busy_cores())))
+    elif threads > cores:
+        print(f"warning: --threads {threads} on {cores} cores: threads beyond the cores only take turns on them, "
+              f"and each worker process holds its own memory; --threads {cores} runs as fast", file=sys.stderr)  # fmt: skip
     _threads = threads
     if torch := sys.modules.get("torch"):
         torch.set_num_threads(threads)

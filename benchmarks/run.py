@@ -1,6 +1,6 @@
 """The benchmark suite: speed and quality of our SP model against all-MiniLM-L6-v2 and WordLlama.
 
-    pip install .[bench]
+    pip install -e ".[bench]"
     python benchmarks/run.py [--all]
 
 Speed (the paper's protocol): 120,000 English sentences of ../shared/data (fixed choice), sorted by

@@ -60,7 +60,7 @@ def fetch(url: str, dest: Path, sha256: str | None = None, md5: str | None = Non
             if expected < 0 and not digests and not archive:
                 raise InputError(
                     f"{url}: the server gives no size and there is no checksum or archive test to verify "
-                    f"{dest.name} by; download it yourself and pass the local copy"
+                    f"{dest.name} by; download it yourself and pass it with --local ({LOCAL_HINT})"
                 )
             got = 0
             with tqdm(total=expected if expected >= 0 else None, unit="B", unit_scale=True, desc=dest.name) as bar:
@@ -80,10 +80,13 @@ def fetch(url: str, dest: Path, sha256: str | None = None, md5: str | None = Non
     except urllib.error.HTTPError as e:
         raise (NotFound if e.code == 404 else InputError)(f"{url}: HTTP {e.code} {e.reason}") from None
     except urllib.error.URLError as e:
-        raise InputError(f"{url}: cannot download ({e.reason}); pass a local copy instead") from None
+        raise InputError(
+            f"{url}: cannot download ({e.reason}); download it elsewhere and pass it with --local ({LOCAL_HINT})"
+        ) from None
     return dest
 
 
+LOCAL_HINT = "the file; for the evaluation data, the folder holding the archives under their own names"
 ARCHIVES = (".zip", ".tar.gz", ".tgz")  # downloads that can be tested as archives before they are kept
 
 

@@ -117,3 +117,17 @@ def sp_model(sp_bytes: bytes, dim: int = 4) -> models.SPModel:
     """An SP model with a zero table: enough to tokenize with."""
     tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
     return models.SPModel(tokenizer, torch.zeros(len(tokenizer), dim))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """One line saying why tests were skipped (an extra not installed, the real data absent), with counts, so
+    that a skip is never silent."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+        found = re.search(r"could not import '([\w.]+)'", reason)
+        key = f"{found.group(1).split('.')[0]} not installed" if found else reason.removeprefix("Skipped: ")[:60]
+        reasons[key] = reasons.get(key, 0) + 1
+    if reasons:
+        listed = "; ".join(f"{why} ({n})" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+        terminalreporter.write_line(f'skipped: {listed} (the extras: pip install -e ".[test,interop,mine,demo,ray]")')

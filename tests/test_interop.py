@@ -1,4 +1,4 @@
-"""Export to sentence-transformers / model2vec folders and import back (needs `pip install .[interop]`)."""
+"""Export to sentence-transformers / model2vec folders and import back (needs `pip install "paraphrastic[interop]"`)."""
 
 from __future__ import annotations
 
@@ -241,3 +241,19 @@ def test_export_command(tiny_model_file, tmp_path):
     command[command.index("--load-file") + 1] = tiny_model_file
     done = subprocess.run(list(map(str, command)), cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_torch_free_model_exports_and_a_folder_of_ones_own_files_is_refused(tmp_path):
+    import paraphrastic
+
+    static_export = interop.export_folder(paraphrastic.load_encoder(), tmp_path / "static")
+    torch_export = interop.export_folder(models.load_model(), tmp_path / "torch")
+    for name in interop.EXPORTED:  # the same folder, byte for byte, from either loader
+        assert (static_export / name).read_bytes() == (torch_export / name).read_bytes()
+    interop.export_folder(paraphrastic.load_encoder(), static_export)  # an earlier export is written over
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my own file")
+    with pytest.raises(models.ModelError, match="holds files of its own \\(notes.txt\\)"):
+        interop.export_folder(paraphrastic.load_encoder(), mine)
+    assert sorted(os.listdir(mine)) == ["notes.txt"]

@@ -201,7 +201,7 @@ def test_without_ray_the_engine_says_which_extra(monkeypatch, tmp_path, capsys):
     (tmp_path / "a.txt").write_text("a man\n")
     args = ["--engine", "ray", "--input", str(tmp_path / "a.txt"), "--output-dir", str(tmp_path / "o")]
     assert embed_sentences.main(args) == 2
-    assert "pip install 'paraphrastic[ray]'" in capsys.readouterr().err
+    assert 'pip install "paraphrastic[ray]"' in capsys.readouterr().err
 
 
 def test_bad_input_on_ray_is_one_clear_error(engine, tiny_model_file, tmp_path, capsys):

@@ -196,7 +196,7 @@ def test_errors_leave_no_folder_and_no_parts(cluster, tiny_model_file, tmp_path,
     assert f"1 bad lines (not exactly one tab) scored nan: line {tmp_path / 'p.tsv'}:101" in err
     monkeypatch.setitem(sys.modules, "ray", None)
     assert embed_sentences.main([*args, str(tmp_path / "o2")]) == 2
-    assert "pip install 'paraphrastic[ray]'" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+    assert 'pip install "paraphrastic[ray]"' in capsys.readouterr().err and not (tmp_path / "o2").exists()
 
 
 def test_an_address_where_nothing_answers_is_one_error_at_once(tiny_model_file, inputs, tmp_path):

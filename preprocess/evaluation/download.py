@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=default_data_dir(), help="data folder to fill (default: where evaluate looks)"
     )
     p.add_argument("--local", type=Path, help="folder holding the official archives (no download)")
-    p.add_argument("--downloads", type=Path, default=Path(__file__).resolve().parent / "downloads")
+    p.add_argument("--downloads", type=Path, default=Path(__file__).resolve().parent / "downloads",
+                   help="folder the archives are downloaded into and kept (a second run reuses them)")  # fmt: skip
     p.add_argument("--only", nargs="*", choices=[*STS_YEARS, "stsb", "2017", "tatoeba"], help="a subset")
     args = p.parse_args(argv)
     if args.local and not args.local.is_dir():

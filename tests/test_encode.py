@@ -1,0 +1,89 @@
+"""encode as a sentence-transformers user expects it: any iterable of strings (a generator streamed in bounded
+memory, the same rows bit for bit), normalize_embeddings, convert_to_tensor, show_progress_bar, and errors that
+name the bad item."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from paraphrastic import static, workers
+
+
+@pytest.fixture(scope="module")
+def model():
+    return static.load_encoder()
+
+
+def stream(n: int):
+    return (f"sentence number {i} is about a cat on a mat" for i in range(n))
+
+
+def test_a_generator_gives_the_rows_of_the_list_bit_for_bit_through_the_workers(model, monkeypatch):
+    monkeypatch.setattr(static, "STREAM_TEXTS", 25_000)  # several windows, each big enough for the workers
+    workers.use_threads(2)
+    try:
+        as_list = model.encode(list(stream(60_000)))
+        streamed = model.encode(stream(60_000))
+    finally:
+        workers.use_threads(None)
+    assert streamed.dtype == np.float32 and np.array_equal(as_list, streamed)
+    assert np.array_equal(model.encode(iter(["a cat", "a dog"])), model.encode(["a cat", "a dog"]))
+
+
+MEMORY = """import sys
+import torch  # imported first: a long stream switches to its pooling kernel, a fixed cost measured apart
+from pathlib import Path
+from paraphrastic import static, workers
+workers.use_threads(1)
+static.STREAM_TEXTS = 16_384  # a window of texts small beside the list of a million
+model = static.load_encoder(sys.argv[1])
+def kib(field):
+    return int(Path("/proc/self/status").read_text().split(field + ":")[1].split()[0])
+before = kib("VmRSS")
+texts = (f"sentence number {i} is about a cat on a mat" for i in range(int(sys.argv[2])))
+if sys.argv[3] == "list":
+    texts = list(texts)
+rows = model.encode(texts)
+print((kib("VmHWM") - before) * 1024 - rows.nbytes, rows.shape[0])
+"""
+
+
+def test_a_streamed_million_costs_the_output_and_a_window_not_the_corpus(tiny_model_file):
+    def extra(kind: str) -> int:
+        done = subprocess.run([sys.executable, "-c", MEMORY, str(tiny_model_file), "1000000", kind],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        beyond, rows = map(int, done.stdout.split())
+        assert rows == 1_000_000
+        return beyond
+
+    streamed, listed = extra("stream"), extra("list")
+    print(f"memory beyond the output: {streamed / 2**20:.0f} MiB streamed, {listed / 2**20:.0f} MiB from a list")
+    assert streamed < 64 << 20 and streamed < listed / 2  # a window of texts, not a million of them
+
+
+def test_normalized_tensor_and_progress_bar(model, capsys):
+    vectors = model.encode(["a man plays guitar", "someone plays a guitar"], normalize_embeddings=True)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-6)
+    raw = model.encode(["a man plays guitar"])
+    assert not np.isclose(np.linalg.norm(raw), 1)  # the model's own vectors are means, not unit length
+    tensor = model.encode(["a man plays guitar"], convert_to_tensor=True, show_progress_bar=True)
+    assert isinstance(tensor, torch.Tensor) and torch.equal(tensor, torch.from_numpy(raw))
+    assert "1/1" in capsys.readouterr().err
+    assert isinstance(model.encode(["a", "b"], convert_to_numpy=False), list) and model.encode("one").shape == (256,)
+
+
+@pytest.mark.parametrize(
+    ("texts", "message"),
+    [
+        ([None, "a"], r"texts\[0\] is NoneType None, not a string"),
+        ((t for t in ["a", "b", 3]), r"texts\[2\] is int 3, not a string"),
+        ({"a": 1}, "not a dict"),
+        ({"a", "b"}, "not a set"),
+    ],
+)
+def test_a_bad_item_or_container_is_named(model, texts, message):
+    with pytest.raises(TypeError, match=message):
+        model.encode(texts)
