@@ -8,10 +8,31 @@
 The repository's top-level files are this package's modules: `paraphrastic.models`, `paraphrastic.train`, ...
 """
 
-from paraphrastic.static import load_encoder
+import os
+import sys
+
+from paraphrastic import workers
+from paraphrastic.checkpoint import read_checkpoint, static_from_checkpoint
+from paraphrastic.static import Encoding, model_path
 
 __version__ = "0.2.0"
 __all__ = ["load_encoder", "load_model", "__version__"]
+
+
+def load_encoder(path: str | os.PathLike | None = None, sp_model=None, device: str | None = None) -> Encoding:
+    """The model to embed with: a StaticModel where it can be one (our SP checkpoint, on the CPU), read without
+    torch; anything else (other layouts, other encoders, a GPU, a damaged file) through models.load_model. It
+    lives here, above both readers, so that the torch-free one never imports the torch one."""
+    if sp_model is None and device in (None, "cpu"):
+        file = model_path(path)
+        state = read_checkpoint(file)
+        if state is not None and (model := static_from_checkpoint(state, file)) is not None:
+            return model
+    threads = workers.threads()
+    from paraphrastic.models import load_model
+
+    sys.modules["torch"].set_num_threads(threads)  # torch, imported just now, follows --threads too
+    return load_model(path, sp_model=sp_model, device=device)
 
 
 def __getattr__(name: str):

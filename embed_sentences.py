@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paraphrastic import ray_engine
+from paraphrastic import load_encoder, ray_engine
 from paraphrastic.fileio import (
     InputError,
     at_least,
@@ -48,7 +48,7 @@ from paraphrastic.fileio import (
     write_npy_rows,
 )
 from paraphrastic.language import foreign_warning
-from paraphrastic.static import english_only, load_encoder, model_path, tally_unknown, unknown_warning, use_torch_for
+from paraphrastic.static import english_only, model_path, tally_unknown, unknown_warning, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)

@@ -32,6 +32,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from paraphrastic.checkpoint import (
+    FORMAT,
+    FORMAT_VERSION,
+    INT8_VERSION,
+    check_small,
+    checked_finite,
+    checked_rows,
+    checkpoint_fields,
+    scan_model_file,
+)
 from paraphrastic.encoders import (
     COMBINE,
     POOLINGS,
@@ -44,18 +54,13 @@ from paraphrastic.encoders import (
 )
 from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output, install_hint
 from paraphrastic.static import (
-    FORMAT,
-    FORMAT_VERSION,
-    INT8_VERSION,
     SHIPPED,
     Encoding,
     Tokenizer,
-    check_small,
     fill_empty,
     first_sentence,
     model_path,
     offsets_of,
-    scan_model_file,
     sp_rows,
     text_slices,
 )
@@ -599,29 +604,16 @@ def load_model(
 
 
 def from_checkpoint(state: dict, path: str | os.PathLike) -> Model:
-    """A model from the contents of one of our checkpoint files (`Model.checkpoint()`)."""
-    version = state.get("format_version")
-    if type(version) is not int or version not in (FORMAT_VERSION, INT8_VERSION):
-        raise ModelError(
-            f"{path}: format version {version} is not supported (this toolkit reads {FORMAT_VERSION} and {INT8_VERSION})"
-        )
-    config = state.get("config")
-    if not isinstance(config, dict) or not isinstance(config.get("lowercase"), bool):
-        raise ModelError(f"{path}: no valid config in the model file (it is corrupt)")
-    table = checked_table(dequantized(state, path) if version == INT8_VERSION else state.get("embedding"), path)
-    if not isinstance(config.get("encoder", "sp"), str):
-        raise ModelError(f"{path}: its encoder is not named by a string (the file is corrupt)")
-    if config.get("encoder", "sp") != "sp":
-        return _general_from_native(state, config, table, path)
-    tokenizer = _sp_tokenizer(state, config, path)
-    rows, unk = state.get("piece_rows"), state.get("unk_row")
-    if rows is None and len(table) != len(tokenizer):
-        raise ModelError(f"{path}: {len(table)} embedding rows for {len(tokenizer)} pieces (the file is corrupt)")
-    if rows is not None:
-        rows = _checked_rows(rows, len(tokenizer), len(table), path)
-        if not isinstance(unk, int) or not 0 <= unk < len(table):
-            raise ModelError(f"{path}: unknown-token row {unk!r} is not a row of the table (the file is corrupt)")
-    return SPModel(tokenizer, table, config, piece_rows=rows, unk_row=unk if rows is not None else None)
+    """A model from the contents of one of our checkpoint files (`Model.checkpoint()`), checked by the format's one
+    description, checkpoint.checkpoint_fields."""
+    fields = checkpoint_fields(state, path)
+    table = fields["embedding"]
+    if fields["format_version"] == INT8_VERSION:
+        table = table.float() * fields["embedding_scale"].float()
+    table = checked_finite(table, path)
+    if "tokenizer" not in fields:
+        return _general_from_native(state, fields["config"], table, path)
+    return SPModel(fields["tokenizer"], table, fields["config"], fields["piece_rows"], fields["unk_row"])
 
 
 def _sp_tokenizer(state: dict, config: dict, path: Path) -> Tokenizer:
@@ -659,30 +651,11 @@ def quantize_rows(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(table / scale.float()).clamp(-127, 127).to(torch.int8), scale
 
 
-def dequantized(state: dict, path: Path) -> torch.Tensor:
-    """The float32 table of an int8 checkpoint (`quantize_rows`)."""
-    table, scale = state.get("embedding"), state.get("embedding_scale")
-    fits = isinstance(table, torch.Tensor) and table.dtype == torch.int8 and table.ndim == 2
-    if not fits or not isinstance(scale, torch.Tensor) or tuple(scale.shape) != (len(table), 1):
-        raise ModelError(f"{path}: the int8 table and its row scales do not fit (the file is corrupt)")
-    return table.float() * scale.float()
-
-
 def checked_table(table, path: Path) -> torch.Tensor:
     """The embedding table, which must be a 2-D float tensor of finite values."""
     if not isinstance(table, torch.Tensor) or table.ndim != 2 or not table.is_floating_point() or 0 in table.shape:
         raise ModelError(f"{path}: no usable embedding table (expected a 2-D float tensor; the file is corrupt)")
-    if not torch.isfinite(table).all():
-        raise ModelError(f"{path}: the embedding table holds NaN or infinite values (the file is corrupt)")
-    return table
-
-
-def _checked_rows(rows, pieces: int, table_rows: int, path: Path) -> np.ndarray:
-    """Piece id -> row map: one integer per piece, each a row of the table or -1 (no row)."""
-    ok = isinstance(rows, torch.Tensor) and rows.ndim == 1 and len(rows) == pieces and not rows.is_floating_point()
-    if not ok or (len(rows) and (int(rows.min()) < -1 or int(rows.max()) >= table_rows)):
-        raise ModelError(f"{path}: the piece-to-row map does not fit the table (the file is corrupt)")
-    return rows.numpy().astype(np.int64)
+    return checked_finite(table, path)
 
 
 def _from_legacy(state: dict, path: Path, sp_model: str | os.PathLike | None) -> SPModel:
@@ -698,7 +671,7 @@ def _from_legacy(state: dict, path: Path, sp_model: str | os.PathLike | None) ->
     weight = checked_table(state["state_dict"]["embedding.weight"], path)
     tokenizer = Tokenizer(sp_bytes, bool(args.get("lower_case", True)), source=sp_model)
     pieces = [tokenizer.sp.id_to_piece(i) for i in range(len(tokenizer))]
-    piece_rows = _checked_rows(torch.tensor([vocab.get(p, -1) for p in pieces]), len(pieces), len(weight), path)
+    piece_rows = checked_rows(torch.tensor([vocab.get(p, -1) for p in pieces]), len(pieces), len(weight), path)
     config = {"legacy_args": _plain(args), "source": "original-release"}
     return SPModel(tokenizer, weight, config, piece_rows=piece_rows, unk_row=int(vocab[LEGACY_UNK]))
 

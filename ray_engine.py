@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from paraphrastic import commit
+from paraphrastic import commit, load_encoder
 from paraphrastic.fileio import (
     JOB_BYTES,
     SHOWN,
@@ -49,7 +49,7 @@ from paraphrastic.fileio import (
     open_input,
     parse_pair_lines,
 )
-from paraphrastic.static import TORCH_FROM, load_encoder, model_path, use_torch_for
+from paraphrastic.static import TORCH_FROM, model_path, use_torch_for
 from paraphrastic.workers import use_threads
 
 LINES_PER_ITEM = 262_144  # lines of a plain text file in one work item

@@ -13,7 +13,7 @@ import gc
 import sys
 from pathlib import Path
 
-from paraphrastic import ray_engine
+from paraphrastic import load_encoder, ray_engine
 from paraphrastic.fileio import (
     SHOWN,
     at_least,
@@ -33,7 +33,7 @@ from paraphrastic.fileio import (
     run_cli,
 )
 from paraphrastic.language import foreign_warning
-from paraphrastic.static import english_only, load_encoder, model_path, tally_unknown, unknown_warning, use_torch_for
+from paraphrastic.static import english_only, model_path, tally_unknown, unknown_warning, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads
 
 

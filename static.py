@@ -1,5 +1,5 @@
 """Text to vectors without torch: the tokenizer, the pooling, the embedding API, and our SP checkpoints read as a
-numpy table (`StaticModel`, `load_encoder`).
+numpy table (`StaticModel`; `paraphrastic.load_encoder` picks it where it can).
 
 Importing torch takes about a second, twice the rest of a small job (paraphrastic-embed on the example's ten
 lines takes half a second without it, two with it). A StaticModel pools with scipy's sparse product until a process has pooled enough
@@ -10,18 +10,13 @@ the tokenizer and the API below; training, GPUs and the other encoders need it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import itertools
 import os
-import pickle
-import pickletools
 import shutil
 import sys
 import tempfile
-import zipfile
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,18 +26,13 @@ from paraphrastic import language, workers
 from paraphrastic.fileio import JOB_BYTES, ModelError, left_by_dead, write_npy_rows
 from paraphrastic.workers import Workers
 
-FORMAT = "paraphrastic-sp"
-FORMAT_VERSION = 1
-INT8_VERSION = 2  # a table stored as int8 rows with row scales; earlier readers refuse it by version, not as corrupt
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
 SHIPPED = {"default": DEFAULT_MODEL, "multilingual": DEFAULT_MODEL.with_name("multilingual.pt")}
 PARALLEL_MIN = 20_000  # texts from which embed_raw_text starts worker processes: fewer take well under a second
 STREAM_TEXTS = 131_072  # texts of an iterable encode reads at once (and at most STREAM_CHARS characters)
 STREAM_CHARS = 32 << 20
 JOB_TEXTS = 8192  # texts in one worker's job (and at most JOB_BYTES characters)
-SEGMENT_CHARS = (
-    1 << 16
-)  # a longer text is tokenized in pieces cut at spaces: its ids as Python ints cost ~140 bytes a piece
+SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
 SHM_DIR = Path("/dev/shm")  # memory-backed files, where the system has them
 SHARED_ROWS = "paraphrastic-rows"  # name of the shared-memory files of encode's workers: NAME.PID.XXXXXXXX.npy
 TORCH_FROM = 600_000  # texts a process pools before torch's faster kernel has repaid its import
@@ -412,7 +402,7 @@ def shared_rows(rows: int, dim: int) -> Iterator[tuple[Path, np.ndarray]]:
 
 
 class StaticModel(Encoding):
-    """An SP model as a numpy table (`load_encoder`): a text's vector is the mean of its pieces' rows, the same
+    """An SP model as a numpy table (`paraphrastic.load_encoder`): a text's vector is the mean of its pieces' rows, the same
     bits as the torch SPModel's. `piece_rows` maps piece ids to rows (-1: dropped; None: one row per piece)."""
 
     kind = "sp"
@@ -463,286 +453,6 @@ def model_path(path: str | os.PathLike | None) -> Path:
 def english_only(path: str | os.PathLike | None) -> bool:
     """Whether a model argument names the shipped English model (for a one-time hint on cross-lingual work)."""
     return model_path(path) == DEFAULT_MODEL
-
-
-def load_encoder(path: str | os.PathLike | None = None, sp_model=None, device: str | None = None) -> Encoding:
-    """The model to embed with: a StaticModel where it can be one (our SP checkpoint, on the CPU), read without
-    torch; anything else (other layouts, other encoders, a GPU, a damaged file) through models.load_model."""
-    if sp_model is None and device in (None, "cpu"):
-        file = model_path(path)
-        state = read_checkpoint(file)
-        with contextlib.suppress(ModelError):  # the torch loader reads it again and names the fault
-            if state is not None and (model := static_from_checkpoint(state, file)) is not None:
-                return model
-    threads = workers.threads()
-    from paraphrastic.models import load_model
-
-    sys.modules["torch"].set_num_threads(threads)  # torch, imported just now, follows --threads too
-    return load_model(path, sp_model=sp_model, device=device)
-
-
-STORAGES = {"FloatStorage": np.float32, "HalfStorage": np.float16, "BFloat16Storage": np.uint16,
-            "CharStorage": np.int8, "LongStorage": np.int64, "IntStorage": np.int32}  # fmt: skip
-
-
-def _tensor(storage: np.ndarray, offset: int, size: tuple, stride: tuple, *_) -> np.ndarray:
-    """torch._utils._rebuild_tensor_v2 for a contiguous tensor, as a numpy array over its storage."""
-    count = int(np.prod(size)) if size else 1
-    if offset < 0 or offset + count > len(storage) or tuple(stride) != tuple(contiguous_strides(size)):
-        raise ValueError("not a contiguous tensor within its storage")
-    return storage[offset : offset + count].reshape(size)
-
-
-def contiguous_strides(size: tuple) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(size):
-        strides.insert(0, step)
-        step *= n
-    return strides
-
-
-MAX_PICKLE_BYTES = 64 << 20  # a model's pickle: its config and sentencepiece model (a few MB); tensors lie beside it
-MAX_PICKLE_OPS = 2_000_000  # ours hold hundreds (a word model: two a word); each makes at most one small object
-
-
-class _Hostile(pickle.UnpicklingError):
-    """A model file's pickle that asks for more than any model of ours needs: refused before it is read."""
-
-
-class _Unpickler(pickle.Unpickler):
-    """A torch-format pickle with tensors as numpy arrays, each storage read once by `storage(key, dtype, count)`, and
-    only the callables our checkpoints use: any other stops it, so nothing is run. Without `storage` it scans (for
-    torch.load, which reads the file next): nothing is read, and any other callable stands in as a no-op."""
-
-    def __init__(self, file, storage: Callable[[str, np.dtype, int], np.ndarray] | None = None):
-        super().__init__(file)
-        self.storage, self.storages = storage, {}
-
-    def find_class(self, module: str, name: str):
-        if (module, name) == ("_codecs", "encode"):
-            return _Named(latin1)
-        if (module, name) == ("collections", "OrderedDict"):
-            return _Named(OrderedDict)
-        if self.storage is None:
-            return _Stub
-        if module == "torch" and name in STORAGES:
-            return _Named(np.dtype(STORAGES[name]))
-        if (module, name) != ("torch._utils", "_rebuild_tensor_v2"):
-            raise pickle.UnpicklingError(f"{module}.{name}")
-        return _Named(_tensor)
-
-    def persistent_load(self, pid):
-        if self.storage is None:
-            return _Stub()
-        kind, dtype, key, _, count = pid
-        if kind != "storage" or not isinstance(getattr(dtype, "target", None), np.dtype) or not isinstance(key, str):
-            raise pickle.UnpicklingError("not a tensor storage")
-        if key not in self.storages:  # a storage named again is the same array, never read twice
-            self.storages[key] = self.storage(key, dtype.target, count)
-        return self.storages[key]
-
-
-class _Named:
-    """What a pickle may name (a function, a class, a storage's dtype), held so that the pickle cannot set its state:
-    BUILD on the shared object itself would change it for the whole process."""
-
-    __slots__ = ("target",)
-
-    def __init__(self, target):
-        self.target = target
-
-    def __call__(self, *args):
-        return self.target(*args)
-
-    def __setstate__(self, state):
-        raise pickle.UnpicklingError("it sets the state of a function or class")
-
-
-class _Stub:
-    """Whatever a scanned pickle builds with a callable other than ours: it takes anything and holds nothing."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __call__(self, *args, **kwargs):
-        return _Stub()
-
-    def __setstate__(self, state):
-        pass
-
-    def __setitem__(self, key, value):
-        pass
-
-    def append(self, item):
-        pass
-
-    def extend(self, items):
-        pass
-
-
-def latin1(text, encoding: str = "utf-8", errors: str = "strict") -> bytes:
-    """`_codecs.encode` as pickle's protocol 2 uses it, to store bytes as latin1 text; any other codec (one that
-    could double its input, again and again) is refused."""
-    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
-        raise _Hostile(
-            f"it applies the codec {str(encoding)[:40]!r} to {type(text).__name__}, which no model file does"
-        )
-    return text.encode("latin1")
-
-
-def count_ops(f, path: Path, budget: int = MAX_PICKLE_OPS) -> int:
-    """Walk one pickle of `f` by its operations and refuse one of more than `budget` (each may make an object, so
-    the walk bounds the memory of reading it); returns the operations left."""
-    for op, _, _ in pickletools.genops(f):
-        budget -= 1
-        if budget < 0:
-            raise _Hostile(f"its pickle holds more than {MAX_PICKLE_OPS:,} operations, beyond any model file")
-        if op.name == "STOP":
-            break
-    return budget
-
-
-def _pickle_member(archive: zipfile.ZipFile) -> zipfile.ZipInfo | None:
-    """A torch zip's one data.pkl, refused when it inflates past MAX_PICKLE_BYTES; None when there is not one."""
-    pickles = [info for info in archive.infolist() if info.filename.endswith("/data.pkl")]
-    if len(pickles) != 1:
-        return None
-    if pickles[0].file_size > MAX_PICKLE_BYTES:
-        raise _Hostile(f"its data.pkl is {pickles[0].file_size:,} bytes, more than any model's ({MAX_PICKLE_BYTES:,})")
-    return pickles[0]
-
-
-def scan_model_file(path: Path) -> None:
-    """Refuse, before torch reads it, a model file whose pickle asks for more than any model needs (a codec applied
-    again and again, a pickle that inflates or holds millions of operations): a ModelError within a bounded time and
-    memory. What this cannot parse is left to torch.load to describe."""
-    try:
-        with open(path, "rb") as raw:
-            if zipfile.is_zipfile(raw):
-                with zipfile.ZipFile(raw) as archive:
-                    if (info := _pickle_member(archive)) is None:
-                        return
-                    with archive.open(info) as f:
-                        count_ops(f, path)
-                    with archive.open(info) as f:
-                        _Unpickler(f).load()
-                return
-            budget = MAX_PICKLE_OPS
-            for _ in range(5):  # the legacy format: magic, protocol, system, the object, the storage keys
-                at = raw.tell()
-                budget = count_ops(raw, path, budget)
-                end = raw.tell()
-                raw.seek(at)
-                _Unpickler(raw).load()
-                raw.seek(end)
-    except _Hostile as e:
-        raise refused(path, e) from None
-    except Exception:  # noqa: BLE001 - not ours to describe: torch.load reads the file and names the fault
-        return
-
-
-def refused(path: Path, error: _Hostile) -> ModelError:
-    return ModelError(f"{path}: refused: {error} (the file is corrupt or hostile)")
-
-
-def read_checkpoint(path: Path) -> dict | None:
-    """Our SP checkpoint's contents, tensors as numpy arrays, read without torch within scan_model_file's budget (a
-    ModelError beyond it); None for any other file (a legacy or general model, a folder, a damaged or foreign file:
-    models.load_model reads it or says why not)."""
-    if not path.is_file():  # a pipe or device is never opened here (reading it would wait or consume it)
-        return None
-    try:
-        with zipfile.ZipFile(path) as archive:
-            info = _pickle_member(archive)
-            if info is None or info.compress_type != zipfile.ZIP_STORED:  # torch stores its pickle as it is
-                return None
-            prefix = info.filename.rsplit("/", 1)[0]
-
-            def storage(key: str, dtype: np.dtype, count: int) -> np.ndarray:
-                member = archive.getinfo(f"{prefix}/data/{key}")
-                if member.compress_type != zipfile.ZIP_STORED or member.file_size != count * dtype.itemsize:
-                    raise pickle.UnpicklingError("a storage of another size")
-                out = np.empty(count, dtype)
-                with archive.open(member) as f:
-                    f.readinto(memoryview(out).cast("B"))
-                return out
-
-            with archive.open(info) as f:
-                count_ops(f, path)
-            with archive.open(info) as f:
-                state = _Unpickler(f, storage).load()
-    except _Hostile as e:
-        raise refused(path, e) from None
-    except Exception:  # noqa: BLE001 - any other fault: the torch loader reads the file again and names it
-        return None
-    if not isinstance(state, dict) or not isinstance(state.get("format"), str) or state["format"] != FORMAT:
-        return None
-    return state
-
-
-def static_from_checkpoint(state: dict, path: Path) -> StaticModel | None:
-    """A StaticModel from `read_checkpoint`'s contents; None for a model that is not SP alone. ModelError for a
-    damaged one, which the caller leaves to the torch loader to describe."""
-    config = state.get("config")
-    if not isinstance(config, dict) or not isinstance(config.get("encoder", "sp"), str):
-        raise ModelError(f"{path}: damaged")
-    if config.get("encoder", "sp") != "sp" or "parts" in config:
-        return None
-    check_small(config, path, "config")
-    version = state.get("format_version")
-    if type(version) is not int or version not in (FORMAT_VERSION, INT8_VERSION):
-        raise ModelError(f"{path}: damaged")
-    if not isinstance(state.get("sp_model"), bytes):
-        raise ModelError(f"{path}: damaged")
-    table, scale = state.get("embedding"), state.get("embedding_scale")
-    if version == INT8_VERSION:
-        if not (isinstance(table, np.ndarray) and table.dtype == np.int8 and table.ndim == 2):
-            raise ModelError(f"{path}: damaged")
-        if not (isinstance(scale, np.ndarray) and scale.dtype == np.uint16 and scale.shape == (len(table), 1)):
-            raise ModelError(f"{path}: damaged")
-        table = table.astype(np.float32)
-        table *= (scale.astype(np.uint32) << 16).view(np.float32)  # bfloat16 scales, widened exactly
-    ok = isinstance(table, np.ndarray) and table.ndim == 2 and table.dtype in (np.float32, np.float16)
-    if not ok or 0 in table.shape or not np.isfinite(table).all() or not isinstance(config.get("lowercase"), bool):
-        raise ModelError(f"{path}: damaged")
-    tokenizer = Tokenizer(state["sp_model"], config["lowercase"], source=path)
-    rows, unk = state.get("piece_rows"), state.get("unk_row")
-    if rows is None and len(table) != len(tokenizer):
-        raise ModelError(f"{path}: damaged")
-    if rows is not None:
-        fits = (
-            isinstance(rows, np.ndarray)
-            and rows.ndim == 1
-            and len(rows) == len(tokenizer)
-            and rows.dtype.kind == "i"
-            and isinstance(unk, int)
-        )
-        if not fits or (len(rows) and not (-1 <= rows.min() and rows.max() < len(table))) or not 0 <= unk < len(table):
-            raise ModelError(f"{path}: damaged")
-        rows = rows.astype(np.int64)
-    return StaticModel(
-        tokenizer, np.ascontiguousarray(table, np.float32), config, rows, unk if rows is not None else None
-    )
-
-
-def check_small(value, path: Path, key: str, budget: int = 100_000, depth: int = 32) -> None:
-    """Refuse a config too large or deep to be one (nested or shared so that walking it never ends, a
-    "billion laughs"), or one holding anything but plain data: it is walked once with a budget of nodes and a depth
-    limit."""
-    stack, seen = [(value, 0)], 0
-    while stack:
-        item, level = stack.pop()
-        seen += 1
-        if seen > budget or level > depth:
-            raise ModelError(f"{path}: its {key} is nested or repeated beyond any real config (the file is corrupt)")
-        if isinstance(item, argparse.Namespace):
-            item = vars(item)
-        if isinstance(item, dict):
-            stack += [(v, level + 1) for v in item.values()]
-        elif isinstance(item, list | tuple):
-            stack += [(v, level + 1) for v in item]
-        elif item is not None and not isinstance(item, bool | int | float | str):
-            raise ModelError(f"{path}: its {key} holds a {type(item).__name__}, not plain data (the file is corrupt)")
 
 
 def first_sentence(error: Exception) -> str:

@@ -85,7 +85,7 @@ HOSTILE = {
 # Each reader in a fresh process over every file: a line "NAME<TAB>error: ..." for a ModelError, "NAME<TAB>..." for
 # anything else, and last the process's peak resident memory in KiB.
 READERS = {
-    "static": "from paraphrastic.static import load_encoder as load",
+    "static": "from paraphrastic import load_encoder as load",
     "torch": "from paraphrastic.models import load_model as load",
 }
 

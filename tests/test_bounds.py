@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from hostile import HOSTILE, reader_script
 
+import paraphrastic
 from paraphrastic import fileio, static
 
 
 @pytest.fixture(scope="module")
 def model():
-    return static.load_encoder()
+    return paraphrastic.load_encoder()
 
 
 def test_line_blocks_are_cut_by_bytes_a_longer_line_alone(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import ROOT, generated_sentences
 
-from paraphrastic import distributed, models, train
+from paraphrastic import distributed, models, run_setup, train
 
 TOL = 1e-5
 
@@ -192,7 +192,7 @@ def test_global_megabatch_on_two_ranks_equals_one_process_with_the_run_batch(glo
     assert state["position"]["inner"] > 0 and state["args"]["batch_size"] == 8  # mid mega-batch, the run's batch
     tokenizer = models.Tokenizer((data / "sp.model").read_bytes(), lowercase=True)
     args = train.parse_args(run_args(data, 97, "x", 8))
-    start = train.new_model(args, args.output_dir, 1, True, sp=tokenizer).embedding.weight.detach()
+    start = run_setup.new_model(args, args.output_dir, 1, True, sp=tokenizer).embedding.weight.detach()
     assert (table(global_runs / "ddp") - start).abs().max().item() > 100 * TOL  # the tolerance is far below a step
 
 

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+import paraphrastic
 from paraphrastic import static, workers
 
 
 @pytest.fixture(scope="module")
 def model():
-    return static.load_encoder()
+    return paraphrastic.load_encoder()
 
 
 def stream(n: int):
@@ -36,10 +37,11 @@ def test_a_generator_gives_the_rows_of_the_list_bit_for_bit_through_the_workers(
 MEMORY = """import sys
 import torch  # imported first: a long stream switches to its pooling kernel, a fixed cost measured apart
 from pathlib import Path
+import paraphrastic
 from paraphrastic import static, workers
 workers.use_threads(1)
 static.STREAM_TEXTS = 16_384  # a window of texts small beside the list of a million
-model = static.load_encoder(sys.argv[1])
+model = paraphrastic.load_encoder(sys.argv[1])
 def kib(field):
     return int(Path("/proc/self/status").read_text().split(field + ":")[1].split()[0])
 before = kib("VmRSS")

@@ -27,7 +27,19 @@ from conftest import ROOT, generated_sentences, sp_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from paraphrastic import embed_sentences, evaluate, fileio, models, score_sentence_pairs, shards, static, train
+from paraphrastic import (
+    checkpoint,
+    embed_sentences,
+    evaluate,
+    fileio,
+    models,
+    resume,
+    run_setup,
+    score_sentence_pairs,
+    shards,
+    train,
+    train_config,
+)
 from paraphrastic.pairs import tokenize_pairs
 
 PROPERTY = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -94,7 +106,7 @@ def assert_checkpoints_complete(out: Path) -> None:
     if (out / "model.pt").exists():
         assert torch.isfinite(weights(out / "model.pt")).all()
     if (out / "resume.pt").exists():
-        assert train.load_resume_state(out)["position"]["step"] >= 1
+        assert resume.load_resume_state(out)["position"]["step"] >= 1
 
 
 def identity(path: Path) -> tuple[int, int] | None:
@@ -135,7 +147,7 @@ def test_stale_temporary_files_are_removed_on_the_next_run(sp_file, pairs_file, 
     out.mkdir()
     dead = 2**22 + 7  # no such process
     stale = [out / f".resume.pt.{dead}.x1y2z3w4.tmp", out / f".model.pt.{dead}.abc_1234.tmp"]
-    stale.append(out / f".{train.SP_INPUT}.{dead}.q1w2e3r4.tmp")
+    stale.append(out / f".{train_config.SP_INPUT}.{dead}.q1w2e3r4.tmp")
     others = [out / ".notes.txt.keep.tmp", out / ".model.pt.mybackup.tmp"]  # not the run's, or not named by it
     for path in [*stale, *others]:
         path.write_bytes(b"partial")
@@ -306,7 +318,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(sp_file, pairs_file, 
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith(f"error: {out / 'resume.pt'}: kept as the last good checkpoint") and "update 7" in line
     assert "the loss is nan" in line and "--on-nan skip" in line
-    assert train.load_resume_state(out)["position"]["step"] == 4
+    assert resume.load_resume_state(out)["position"]["step"] == 4
     assert torch.isfinite(weights(out / "model.pt")).all()
     assert temps(out) == []
     args = train_args(
@@ -314,7 +326,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(sp_file, pairs_file, 
     )
     assert train.main(args) == 0
     assert "update 7: the loss is nan; batch skipped" in capsys.readouterr().err
-    state = train.load_resume_state(out)
+    state = resume.load_resume_state(out)
     assert state["position"]["step"] == 20 and state["skipped"] == 1
     assert torch.isfinite(state["model"]["embedding"]).all()
 
@@ -324,7 +336,7 @@ def test_nan_skip_counts_skipped_batches_and_leaves_the_table_alone(sp_file, pai
     out = tmp_path / "run"
     assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "3", "--on-nan", "skip")) == 0
     tokenizer = models.Tokenizer(sp_file.read_bytes(), lowercase=True)
-    start = train.new_model(train.parse_args(train_args(pairs_file, sp_file, out)), out, 1, True, sp=tokenizer)
+    start = run_setup.new_model(train.parse_args(train_args(pairs_file, sp_file, out)), out, 1, True, sp=tokenizer)
     assert torch.equal(weights(out / "model.pt"), start.embedding.weight.detach())
     last = [line for line in (out / "metrics.jsonl").read_text().splitlines() if '"train"' in line][-1]
     assert '"skipped": 3' in last
@@ -343,7 +355,7 @@ def test_a_non_finite_table_is_never_saved(sp_file, pairs_file, tmp_path, monkey
     out = tmp_path / "run"
     assert train.main(train_args(pairs_file, sp_file, out, "--max-steps", "12", "--save-every", "4")) == 3
     assert "the model's weights are not finite at update 8" in capsys.readouterr().err
-    assert train.load_resume_state(out)["position"]["step"] == 4 and torch.isfinite(weights(out / "model.pt")).all()
+    assert resume.load_resume_state(out)["position"]["step"] == 4 and torch.isfinite(weights(out / "model.pt")).all()
 
 
 def test_nan_stop_is_one_line_with_status_3(sp_file, pairs_file, tmp_path, monkeypatch, capsys):
@@ -409,8 +421,8 @@ def test_structurally_wrong_checkpoints_are_refused(tiny_model, tmp_path):
         "piece rows out of range": good | {"piece_rows": torch.full((len(tiny_model.tokenizer),), 10**6), "unk_row": 0},
         "unk row out of range": good | {"piece_rows": torch.zeros(len(tiny_model.tokenizer), dtype=torch.long), "unk_row": -5},
         "legacy without embedding": {"state_dict": {}, "vocab": {models.LEGACY_UNK: 0}},
-        "int8 without row scales": good | {"format_version": static.INT8_VERSION, "embedding": good["embedding"].to(torch.int8)},
-        "int8 scales mismatch": good | {"format_version": static.INT8_VERSION, "embedding": good["embedding"].to(torch.int8),
+        "int8 without row scales": good | {"format_version": checkpoint.INT8_VERSION, "embedding": good["embedding"].to(torch.int8)},
+        "int8 scales mismatch": good | {"format_version": checkpoint.INT8_VERSION, "embedding": good["embedding"].to(torch.int8),
                                         "embedding_scale": torch.ones(3, 1)},
     }  # fmt: skip
     sp = tmp_path / "sp.model"

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import generated_sentences
 
-from paraphrastic import models, static
+from paraphrastic import checkpoint, models
 from paraphrastic.models import ModelError, load_model
 
 
@@ -119,7 +119,7 @@ class Payload:
 def test_checkpoint_with_pickle_payload_is_refused(tiny_model, tmp_path):
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
-    torch.save({"format": static.FORMAT, "config": {}, "embedding": torch.zeros(2, 2), "x": Payload(marker)}, evil)
+    torch.save({"format": checkpoint.FORMAT, "config": {}, "embedding": torch.zeros(2, 2), "x": Payload(marker)}, evil)
     with pytest.raises(ModelError, match="refused to load"):
         load_model(evil)
     legacy_evil = tmp_path / "legacy_evil.pt"

@@ -12,7 +12,8 @@ import pytest
 import torch
 from conftest import generated_sentences
 
-from paraphrastic import models, static
+import paraphrastic
+from paraphrastic import checkpoint, models, static
 from paraphrastic.fileio import ModelError
 
 AWKWARD = ["", "   ", "\ufffd", "Ünïcödé and ÇAPS", "x" * 3000, "a\tb"]
@@ -32,15 +33,15 @@ def test_static_model_gives_the_torch_models_bits_with_either_kernel(tiny_model,
     tiny_model.save(path, precision=precision)
     texts = generated_sentences(3000, seed=5) + AWKWARD
     expected = models.load_model(path).embed_here(texts, batch_size=500)
-    encoder = static.load_encoder(path)
+    encoder = paraphrastic.load_encoder(path)
     assert isinstance(encoder, static.StaticModel)
     assert encoder.embed_here(texts, batch_size=500).tobytes() == expected.tobytes()  # torch's kernel (loaded)
     np.save(tmp_path / "texts.npy", np.array(texts, dtype=object), allow_pickle=True)
     run_without_torch(f"""
         import numpy as np
-        from paraphrastic import static
+        import paraphrastic
         texts = np.load({str(tmp_path / "texts.npy")!r}, allow_pickle=True).tolist()
-        np.save({str(tmp_path / "rows.npy")!r}, static.load_encoder({str(path)!r}).embed_here(texts, batch_size=500))
+        np.save({str(tmp_path / "rows.npy")!r}, paraphrastic.load_encoder({str(path)!r}).embed_here(texts, batch_size=500))
     """)
     assert np.load(tmp_path / "rows.npy").tobytes() == expected.tobytes()  # scipy's kernel
 
@@ -51,7 +52,7 @@ def test_static_model_reads_piece_row_maps_as_the_torch_model(sp_bytes, tmp_path
     model = models.SPModel(tokenizer, torch.randn(50, 8), piece_rows=rows, unk_row=7)
     model.save(tmp_path / "legacy.pt")
     texts = generated_sentences(200, seed=9) + AWKWARD
-    encoder = static.load_encoder(tmp_path / "legacy.pt")
+    encoder = paraphrastic.load_encoder(tmp_path / "legacy.pt")
     assert isinstance(encoder, static.StaticModel)
     assert encoder.embed_here(texts).tobytes() == model.embed_here(texts).tobytes()
 
@@ -73,12 +74,13 @@ def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tin
     (tmp_path / "pairs.tsv").write_text("a man\ta guy\nthe dog\tthe cat\n")
     out = run_without_torch(f"""
         import sys
+        import paraphrastic
         from paraphrastic import embed_sentences, score_sentence_pairs, static
         embed_sentences.main(["--sentence-file", {str(lines)!r}, "--output-file", {str(tmp_path / "v.npy")!r},
                               "--load-file", {str(tiny_model_file)!r}, "--quiet"])
         score_sentence_pairs.main(["--sentence-pair-file", {str(tmp_path / "pairs.tsv")!r}, "--output-file",
                                    {str(tmp_path / "s.tsv")!r}, "--load-file", {str(tiny_model_file)!r}, "--quiet"])
-        print("default", type(static.load_encoder(None)).__name__)
+        print("default", type(paraphrastic.load_encoder(None)).__name__)
     """)
     assert "default StaticModel" in out
     torch_model = models.load_model(tiny_model_file)
@@ -90,9 +92,10 @@ def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tin
     switched = run_without_torch(f"""
         import sys
         del sys.modules["torch"]  # importable again: the stream below is long enough to want it
+        import paraphrastic
         from paraphrastic import static
         static.TORCH_FROM = 1000
-        model = static.load_encoder({str(tiny_model_file)!r})
+        model = paraphrastic.load_encoder({str(tiny_model_file)!r})
         model.embed_here(["warm up"] * 999)
         print("before", "torch" in sys.modules)
         model.embed_here(["one more batch"] * 10)
@@ -107,14 +110,14 @@ def test_other_models_and_damaged_files_go_to_the_torch_loader(tmp_path, sp_byte
     words = WordTokenizer(["a", "man"], True)
     word = models.Model([words], ["mean"], torch.randn(len(words), 4))
     word.save(tmp_path / "word.pt")
-    assert isinstance(static.load_encoder(tmp_path / "word.pt"), models.Model)
+    assert isinstance(paraphrastic.load_encoder(tmp_path / "word.pt"), models.Model)
     class_payload = tmp_path / "evil.pt"
-    torch.save({"format": static.FORMAT, "config": {"lowercase": True}, "x": ModelError("not data")}, class_payload)
+    torch.save({"format": checkpoint.FORMAT, "config": {"lowercase": True}, "x": ModelError("not data")}, class_payload)
     with pytest.raises(ModelError, match="refused to load"):
-        static.load_encoder(class_payload)
+        paraphrastic.load_encoder(class_payload)
     (tmp_path / "junk.pt").write_bytes(b"PK\x03\x04 not a zip at all")
     with pytest.raises(ModelError, match="not a readable model file"):
-        static.load_encoder(tmp_path / "junk.pt")
+        paraphrastic.load_encoder(tmp_path / "junk.pt")
 
 
 def test_threads_set_before_torch_is_loaded_still_hold_for_a_torch_model(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import ROOT, generated_sentences, sp_model
 
-from paraphrastic import models, shards, static, train
+from paraphrastic import models, run_setup, shards, static, train
 from paraphrastic.pairs import PairData, PairSampler, ShardSet, shard_paths, tokenize_pairs
 
 
@@ -314,7 +314,7 @@ def test_short_run_on_caption_paraphrases_learns(shared_data, tmp_path):
     ]  # fmt: skip
     assert train.main(args) == 0
     tokenizer = models.Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
-    before = evaluate.score_sts_file(train.new_model(train.parse_args(args), out, 1, True, sp=tokenizer), sts17)[
+    before = evaluate.score_sts_file(run_setup.new_model(train.parse_args(args), out, 1, True, sp=tokenizer), sts17)[
         "pearson"
     ]
     after = evaluate.score_sts_file(models.load_model(out / "model.pt"), sts17)["pearson"]

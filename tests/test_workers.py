@@ -146,9 +146,10 @@ def alive(pid: int) -> bool:
 
 
 ENCODE = """import sys
-from paraphrastic import static, workers
+import paraphrastic
+from paraphrastic import workers
 workers.use_threads(2)
-model = static.load_encoder(sys.argv[1])
+model = paraphrastic.load_encoder(sys.argv[1])
 texts = open(sys.argv[2]).read().splitlines()
 while True:
     model.encode(texts)

@@ -1,0 +1,322 @@
+"""Our model files: the one description of the checkpoint format (its fields, versions, types and checks, which both
+readers use: `static_from_checkpoint` here and models.from_checkpoint), and the torch-free reader of the torch zip
+format, within a budget: every pickle is walked before it is read (its size, its operations, its codecs), each
+storage read once, and nothing pickled is ever run."""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import pickletools
+import zipfile
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from paraphrastic.fileio import ModelError
+from paraphrastic.static import StaticModel, Tokenizer
+
+FORMAT = "paraphrastic-sp"
+FORMAT_VERSION = 1
+INT8_VERSION = 2  # a table stored as int8 rows with row scales; earlier readers refuse it by version, not as corrupt
+
+
+STORAGES = {"FloatStorage": np.float32, "HalfStorage": np.float16, "BFloat16Storage": np.uint16,
+            "CharStorage": np.int8, "LongStorage": np.int64, "IntStorage": np.int32}  # fmt: skip
+
+
+def _tensor(storage: np.ndarray, offset: int, size: tuple, stride: tuple, *_) -> np.ndarray:
+    """torch._utils._rebuild_tensor_v2 for a contiguous tensor, as a numpy array over its storage."""
+    count = int(np.prod(size)) if size else 1
+    if offset < 0 or offset + count > len(storage) or tuple(stride) != tuple(contiguous_strides(size)):
+        raise ValueError("not a contiguous tensor within its storage")
+    return storage[offset : offset + count].reshape(size)
+
+
+def contiguous_strides(size: tuple) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(size):
+        strides.insert(0, step)
+        step *= n
+    return strides
+
+
+MAX_PICKLE_BYTES = 64 << 20  # a model's pickle: its config and sentencepiece model (a few MB); tensors lie beside it
+MAX_PICKLE_OPS = 2_000_000  # ours hold hundreds (a word model: two a word); each makes at most one small object
+
+
+class _Hostile(pickle.UnpicklingError):
+    """A model file's pickle that asks for more than any model of ours needs: refused before it is read."""
+
+
+class _Unpickler(pickle.Unpickler):
+    """A torch-format pickle with tensors as numpy arrays, each storage read once by `storage(key, dtype, count)`, and
+    only the callables our checkpoints use: any other stops it, so nothing is run. Without `storage` it scans (for
+    torch.load, which reads the file next): nothing is read, and any other callable stands in as a no-op."""
+
+    def __init__(self, file, storage: Callable[[str, np.dtype, int], np.ndarray] | None = None):
+        super().__init__(file)
+        self.storage, self.storages = storage, {}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) == ("_codecs", "encode"):
+            return _Named(latin1)
+        if (module, name) == ("collections", "OrderedDict"):
+            return _Named(OrderedDict)
+        if self.storage is None:
+            return _Stub
+        if module == "torch" and name in STORAGES:
+            return _Named(np.dtype(STORAGES[name]))
+        if (module, name) != ("torch._utils", "_rebuild_tensor_v2"):
+            raise pickle.UnpicklingError(f"{module}.{name}")
+        return _Named(_tensor)
+
+    def persistent_load(self, pid):
+        if self.storage is None:
+            return _Stub()
+        kind, dtype, key, _, count = pid
+        if kind != "storage" or not isinstance(getattr(dtype, "target", None), np.dtype) or not isinstance(key, str):
+            raise pickle.UnpicklingError("not a tensor storage")
+        if key not in self.storages:  # a storage named again is the same array, never read twice
+            self.storages[key] = self.storage(key, dtype.target, count)
+        return self.storages[key]
+
+
+class _Named:
+    """What a pickle may name (a function, a class, a storage's dtype), held so that the pickle cannot set its state:
+    BUILD on the shared object itself would change it for the whole process."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target):
+        self.target = target
+
+    def __call__(self, *args):
+        return self.target(*args)
+
+    def __setstate__(self, state):
+        raise pickle.UnpicklingError("it sets the state of a function or class")
+
+
+class _Stub:
+    """Whatever a scanned pickle builds with a callable other than ours: it takes anything and holds nothing."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return _Stub()
+
+    def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+    def append(self, item):
+        pass
+
+    def extend(self, items):
+        pass
+
+
+def latin1(text, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+    """`_codecs.encode` as pickle's protocol 2 uses it, to store bytes as latin1 text; any other codec (one that
+    could double its input, again and again) is refused."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise _Hostile(
+            f"it applies the codec {str(encoding)[:40]!r} to {type(text).__name__}, which no model file does"
+        )
+    return text.encode("latin1")
+
+
+def count_ops(f, path: Path, budget: int = MAX_PICKLE_OPS) -> int:
+    """Walk one pickle of `f` by its operations and refuse one of more than `budget` (each may make an object, so
+    the walk bounds the memory of reading it); returns the operations left."""
+    for op, _, _ in pickletools.genops(f):
+        budget -= 1
+        if budget < 0:
+            raise _Hostile(f"its pickle holds more than {MAX_PICKLE_OPS:,} operations, beyond any model file")
+        if op.name == "STOP":
+            break
+    return budget
+
+
+def _pickle_member(archive: zipfile.ZipFile) -> zipfile.ZipInfo | None:
+    """A torch zip's one data.pkl, refused when it inflates past MAX_PICKLE_BYTES; None when there is not one."""
+    pickles = [info for info in archive.infolist() if info.filename.endswith("/data.pkl")]
+    if len(pickles) != 1:
+        return None
+    if pickles[0].file_size > MAX_PICKLE_BYTES:
+        raise _Hostile(f"its data.pkl is {pickles[0].file_size:,} bytes, more than any model's ({MAX_PICKLE_BYTES:,})")
+    return pickles[0]
+
+
+def scan_model_file(path: Path) -> None:
+    """Refuse, before torch reads it, a model file whose pickle asks for more than any model needs (a codec applied
+    again and again, a pickle that inflates or holds millions of operations): a ModelError within a bounded time and
+    memory. What this cannot parse is left to torch.load to describe."""
+    try:
+        with open(path, "rb") as raw:
+            if zipfile.is_zipfile(raw):
+                with zipfile.ZipFile(raw) as archive:
+                    if (info := _pickle_member(archive)) is None:
+                        return
+                    with archive.open(info) as f:
+                        count_ops(f, path)
+                    with archive.open(info) as f:
+                        _Unpickler(f).load()
+                return
+            budget = MAX_PICKLE_OPS
+            for _ in range(5):  # the legacy format: magic, protocol, system, the object, the storage keys
+                at = raw.tell()
+                budget = count_ops(raw, path, budget)
+                end = raw.tell()
+                raw.seek(at)
+                _Unpickler(raw).load()
+                raw.seek(end)
+    except _Hostile as e:
+        raise refused(path, e) from None
+    except Exception:  # noqa: BLE001 - not ours to describe: torch.load reads the file and names the fault
+        return
+
+
+def refused(path: Path, error: _Hostile) -> ModelError:
+    return ModelError(f"{path}: refused: {error} (the file is corrupt or hostile)")
+
+
+def read_checkpoint(path: Path) -> dict | None:
+    """Our SP checkpoint's contents, tensors as numpy arrays, read without torch within scan_model_file's budget (a
+    ModelError beyond it); None for any other file (a legacy or general model, a folder, a damaged or foreign file:
+    models.load_model reads it or says why not)."""
+    if not path.is_file():  # a pipe or device is never opened here (reading it would wait or consume it)
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            info = _pickle_member(archive)
+            if info is None or info.compress_type != zipfile.ZIP_STORED:  # torch stores its pickle as it is
+                return None
+            prefix = info.filename.rsplit("/", 1)[0]
+
+            def storage(key: str, dtype: np.dtype, count: int) -> np.ndarray:
+                member = archive.getinfo(f"{prefix}/data/{key}")
+                if member.compress_type != zipfile.ZIP_STORED or member.file_size != count * dtype.itemsize:
+                    raise pickle.UnpicklingError("a storage of another size")
+                out = np.empty(count, dtype)
+                with archive.open(member) as f:
+                    f.readinto(memoryview(out).cast("B"))
+                return out
+
+            with archive.open(info) as f:
+                count_ops(f, path)
+            with archive.open(info) as f:
+                state = _Unpickler(f, storage).load()
+    except _Hostile as e:
+        raise refused(path, e) from None
+    except Exception:  # noqa: BLE001 - any other fault: the torch loader reads the file again and names it
+        return None
+    if not isinstance(state, dict) or not isinstance(state.get("format"), str) or state["format"] != FORMAT:
+        return None
+    return state
+
+
+def checkpoint_fields(state: dict, path: Path) -> dict:
+    """The fields of one of our checkpoints (`Model.checkpoint()`), checked: the one description of the format that
+    both readers use, on numpy arrays (here) or torch tensors (models.py) alike. `format_version` 1 holds a 2-D float
+    `embedding`; 2 holds it as int8 rows with bfloat16 row scales (`embedding_scale`, (rows, 1)). `config` is plain
+    data with `lowercase` (bool) and `encoder` (str, default "sp"; "parts" for a general model); `sp_model` is a
+    sentencepiece model's bytes; `piece_rows` (piece id -> row, -1: none) and `unk_row` are optional. Returns the
+    fields with a `tokenizer` for an SP model alone; a ModelError names the first field that is wrong."""
+    version = state.get("format_version")
+    if type(version) is not int or version not in (FORMAT_VERSION, INT8_VERSION):
+        raise ModelError(f"{path}: format version {version!r:.40} is not supported (this toolkit reads "
+                         f"{FORMAT_VERSION} and {INT8_VERSION})")  # fmt: skip
+    config = state.get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("lowercase"), bool):
+        raise ModelError(f"{path}: no valid config in the model file (it is corrupt)")
+    check_small(config, path, "config")
+    if not isinstance(config.get("encoder", "sp"), str):
+        raise ModelError(f"{path}: its encoder is not named by a string (the file is corrupt)")
+    table, scale = state.get("embedding"), state.get("embedding_scale")
+    if version == INT8_VERSION:
+        fits = dtype_name(table) == "int8" and table.ndim == 2 and dtype_name(scale) in ("bfloat16", "uint16")
+        if not fits or tuple(scale.shape) != (len(table), 1):
+            raise ModelError(f"{path}: the int8 table and its row scales do not fit (the file is corrupt)")
+    elif dtype_name(table) not in ("float32", "float16", "bfloat16", "float64") or table.ndim != 2:
+        raise ModelError(f"{path}: no usable embedding table (expected a 2-D float tensor; the file is corrupt)")
+    if 0 in table.shape:
+        raise ModelError(f"{path}: no usable embedding table (expected a 2-D float tensor; the file is corrupt)")
+    fields = {"format_version": version, "config": config, "embedding": table, "embedding_scale": scale}
+    if config.get("encoder", "sp") != "sp" or "parts" in config:
+        return fields  # a general model: models.py reads its parts
+    if not isinstance(state.get("sp_model"), bytes):
+        raise ModelError(f"{path}: no sentencepiece model inside the model file (it is corrupt)")
+    tokenizer = Tokenizer(state["sp_model"], config["lowercase"], source=path)
+    rows, unk = state.get("piece_rows"), state.get("unk_row")
+    if rows is None and len(table) != len(tokenizer):
+        raise ModelError(f"{path}: {len(table)} embedding rows for {len(tokenizer)} pieces (the file is corrupt)")
+    if rows is not None:
+        rows = checked_rows(rows, len(tokenizer), len(table), path)
+        if type(unk) is not int or not 0 <= unk < len(table):
+            raise ModelError(f"{path}: unknown-token row {unk!r:.40} is not a row of the table (the file is corrupt)")
+    return fields | {"tokenizer": tokenizer, "piece_rows": rows, "unk_row": unk if rows is not None else None}
+
+
+def dtype_name(array) -> str | None:
+    """An array's element type by name, numpy's or torch's alike ("float32", "int8", ...); None for no array."""
+    return str(array.dtype).removeprefix("torch.") if hasattr(array, "dtype") and hasattr(array, "ndim") else None
+
+
+def checked_rows(rows, pieces: int, table_rows: int, path: Path) -> np.ndarray:
+    """A piece id -> row map (a numpy array or a torch tensor) as int64: one integer per piece, each a row of the table
+    or -1 (no row)."""
+    kind = dtype_name(rows)
+    ok = kind is not None and kind.startswith(("int", "uint")) and rows.ndim == 1 and len(rows) == pieces
+    if ok:
+        rows = np.asarray(rows).astype(np.int64)
+    if not ok or (len(rows) and (rows.min() < -1 or rows.max() >= table_rows)):
+        raise ModelError(f"{path}: the piece-to-row map does not fit the table (the file is corrupt)")
+    return rows
+
+
+def checked_finite(table, path: Path):
+    """The table, refused when it holds NaN or infinite values."""
+    finite = table.isfinite().all() if hasattr(table, "isfinite") else np.isfinite(table).all()
+    if not finite:
+        raise ModelError(f"{path}: the embedding table holds NaN or infinite values (the file is corrupt)")
+    return table
+
+
+def static_from_checkpoint(state: dict, path: Path) -> StaticModel | None:
+    """A StaticModel from `read_checkpoint`'s contents; None for a model that is not SP alone."""
+    fields = checkpoint_fields(state, path)
+    if "tokenizer" not in fields:
+        return None
+    table = fields["embedding"]
+    if fields["format_version"] == INT8_VERSION:
+        scale = fields["embedding_scale"].astype(np.uint32) << 16  # bfloat16 scales, widened exactly
+        table = table.astype(np.float32) * scale.view(np.float32)
+    table = checked_finite(np.ascontiguousarray(table, np.float32), path)
+    return StaticModel(fields["tokenizer"], table, fields["config"], fields["piece_rows"], fields["unk_row"])
+
+
+def check_small(value, path: Path, key: str, budget: int = 100_000, depth: int = 32) -> None:
+    """Refuse a config too large or deep to be one (nested or shared so that walking it never ends, a
+    "billion laughs"), or one holding anything but plain data: it is walked once with a budget of nodes and a depth
+    limit."""
+    stack, seen = [(value, 0)], 0
+    while stack:
+        item, level = stack.pop()
+        seen += 1
+        if seen > budget or level > depth:
+            raise ModelError(f"{path}: its {key} is nested or repeated beyond any real config (the file is corrupt)")
+        if isinstance(item, argparse.Namespace):
+            item = vars(item)
+        if isinstance(item, dict):
+            stack += [(v, level + 1) for v in item.values()]
+        elif isinstance(item, list | tuple):
+            stack += [(v, level + 1) for v in item]
+        elif item is not None and not isinstance(item, bool | int | float | str):
+            raise ModelError(f"{path}: its {key} holds a {type(item).__name__}, not plain data (the file is corrupt)")
