@@ -31,6 +31,7 @@ from paraphrastic.fileio import (
     at_least,
     atomic_output,
     atomic_path,
+    block_bytes,
     check_room,
     cli_parser,
     count_lines,
@@ -38,13 +39,13 @@ from paraphrastic.fileio import (
     device_name,
     file_digest,
     invalid_utf8_note,
-    iter_line_blocks,
     open_input,
     progress,
     refuse_same_file,
     remove_stale_temps,
     reserve_space,
     run_cli,
+    worker_blocks,
     write_npy_rows,
 )
 from paraphrastic.language import foreign_warning
@@ -125,16 +126,13 @@ def embed_file(
     """Embed lines [start, stop) of `sentence_file` (all by default) into the .npy `output_file`, streamed and
     written atomically, by `workers` processes (default: `workers.threads()`) that write their rows into the
     memory-mapped output; returns stats (`rows`, `invalid_utf8_lines`)."""
-    open_input(sentence_file)
-    stop = count_lines(sentence_file) if stop is None else stop
-    n = stop - start
+    blocks, n = worker_blocks(sentence_file, chunk_lines, start, stop)
     stats: dict = {"rows": n, "invalid_utf8_lines": 0}
     check_room(output_file, n * model.dim * np.dtype(dtype).itemsize)
     with npy_output(output_file) as tmp:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(n, model.dim))  # header and size
         del out  # the workers write the rows
         reserve_space(tmp)  # a full disk fails here with a clear error, not with SIGBUS in the memory map
-        blocks = iter_line_blocks(sentence_file, chunk_lines, start, stop)
         jobs = (
             (Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start) for first, blob in blocks
         )
@@ -170,8 +168,8 @@ def npy_output(output_file: str | os.PathLike) -> Iterator[Path]:
 def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
     """A worker's part of embed_file: decode its lines and write their rows into the output (on a CPU), or
     return their pieces (row, ids, lengths) for the device to pool; returns (lines, stats, pieces or None)."""
-    path, first, blob, strict, batch_size, out, row = job
-    lines, bad = decode_raw(blob, path, first, strict)
+    path, first, block, strict, batch_size, out, row = job
+    lines, bad = decode_raw(block_bytes(path, block), path, first, strict)
     stats = {"invalid_utf8_lines": bad}
     tally_unknown(model, lines, stats, sample=max(256, len(lines) // 32))
     if not model.on_cpu:

@@ -235,6 +235,73 @@ def iter_line_blocks(
                 return
 
 
+def line_plan(
+    path: str | os.PathLike, chunk_lines: int, start: int = 0, stop: int | None = None, chunk_bytes: int = JOB_BYTES
+) -> list[tuple[int, int, int, int]]:
+    """(number of the first line, byte offset, byte length, lines) of the blocks that iter_line_blocks reads over lines
+    [start, stop) of a plain file, from one pass of vectorised newline search that keeps no text: worker processes
+    then read their own blocks, and the process that feeds them ships none. A line over the limit is refused here."""
+    limit, plan = line_limit(), []
+    left = math.inf if stop is None else max(stop - start, 0)
+    with reading(Path(path)), open(path, "rb") as f:
+        skip_lines(f, start)
+        begin = tail = last = at = f.tell()  # the block's start, the line being read's, the last taken's end, a read's
+        line, taken, seen = start + 1, 0, 0  # the block's first line; the lines it holds; the lines found
+        while left:
+            data = f.read(1 << 20)
+            ends = at + np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+            if not data and at > tail:
+                ends = np.array([at - 1])  # the last line has no newline: it ends with the file
+            sizes = np.diff(ends + 1, prepend=tail)
+            if (sizes > limit).any() or at + len(data) - (int(ends[-1]) + 1 if len(ends) else tail) > limit:
+                k = int(np.argmax(sizes > limit)) if (sizes > limit).any() else len(ends)
+                raise InputError(f"{path}:{start + seen + k + 1}: a line of more than {limit:,} bytes, the limit (is it "
+                                 f"text? if so, raise {LINE_LIMIT_ENV})")  # fmt: skip
+            tail, seen, i = int(ends[-1]) + 1 if len(ends) else tail, seen + len(ends), 0
+            while i < len(ends) and left:
+                room = int(min(chunk_lines - taken, left, len(ends) - i))
+                fit = int(np.searchsorted(ends[i : i + room], begin + chunk_bytes - 1, side="right"))
+                k = fit if fit or taken else 1  # whole lines within the budget, at least one
+                if k:
+                    taken, i, left, last = taken + k, i + k, left - k, int(ends[i + k - 1]) + 1
+                if k < room or taken == chunk_lines or not left:
+                    plan.append((line, begin, last - begin, taken))
+                    line, begin, taken = line + taken, last, 0
+            at += len(data)
+            if not data:
+                break
+    if taken:
+        plan.append((line, begin, last - begin, taken))
+    return plan
+
+
+def worker_blocks(
+    path: str | os.PathLike, chunk_lines: int, start: int = 0, stop: int | None = None
+) -> tuple[Iterator[tuple[int, bytes | tuple[int, int]]], int]:
+    """The blocks of lines [start, stop) for worker processes, and how many lines they hold: for a plain file
+    (first line, (offset, length)), planned in one pass, which each worker reads itself (`block_bytes`), so the
+    process feeding them reads the file once and ships no text; for a .gz, which cannot be read from the middle,
+    (first line, the bytes)."""
+    path = Path(path)
+    open_input(path)
+    if path.suffix == ".gz":
+        stop = count_lines(path) if stop is None else stop
+        return iter_line_blocks(path, chunk_lines, start, stop), max(stop - start, 0)
+    with reading(path), open(path, "rb") as f:  # refused as iter_line_blocks refuses it: binary data, not text
+        if kind := binary_kind(f.read(8192)) if not start else None:
+            raise InputError(f"{path}: {kind}, not text: give UTF-8 text, one sentence per line")
+    plan = line_plan(path, chunk_lines, start, stop)
+    return ((first, (offset, size)) for first, offset, size, _ in plan), sum(lines for *_, lines in plan)
+
+
+def block_bytes(path: str | os.PathLike, block: bytes | tuple[int, int]) -> bytes:
+    """A worker's block: the bytes themselves, or read from (offset, length) of the file."""
+    if isinstance(block, bytes):
+        return block
+    with open(path, "rb") as f:
+        return os.pread(f.fileno(), block[1], block[0])
+
+
 def line_offsets(path: str | os.PathLike, every: int, block: int = 1 << 20) -> tuple[list[tuple[int, int]], int]:
     """(line, byte offset) of line 0 and of every `every`-th line after it in a plain text file, and its number of
     lines (a last line without a newline counts), from one pass of vectorised newline counting: where independent

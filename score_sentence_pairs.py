@@ -19,18 +19,18 @@ from paraphrastic.fileio import (
     at_least,
     atomic_output,
     bad_pairs_note,
+    block_bytes,
     cli_parser,
-    count_lines,
     decode_raw,
     device_name,
     invalid_utf8_note,
-    iter_line_blocks,
     open_input,
     parse_pair_lines,
     progress,
     refuse_same_file,
     remove_stale_temps,
     run_cli,
+    worker_blocks,
 )
 from paraphrastic.language import foreign_warning
 from paraphrastic.static import english_only, model_path, tally_unknown, unknown_warning, use_torch_for
@@ -80,11 +80,10 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
     scores in this process); returns (lines written, the first SHOWN bad line numbers, pairs with an empty side,
     stats: `bad_lines` counts them all, so that memory stays flat however many there are)."""
     path = Path(args.sentence_pair_file)
-    total = count_lines(path)
+    blocks, total = worker_blocks(path, args.chunk_lines)
     written = empty = 0
     bad: list[int] = []
     stats: dict = {"invalid_utf8_lines": 0, "bad_lines": 0}
-    blocks = iter_line_blocks(path, args.chunk_lines)
     jobs = ((path, first, blob, args.strict, args.skip_bad_lines, args.batch_size) for first, blob in blocks)
     workers = threads() if model.on_cpu else 1
     use_torch_for(-(-2 * total // workers))  # before the fork: imported once for every worker
@@ -101,8 +100,8 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
 
 def score_job(model, job: tuple) -> tuple[str, int, list[int], int, dict]:
     """A worker's part of score_file: (output text, lines, bad line numbers, pairs with an empty side, stats)."""
-    path, first, blob, strict, skip_bad, batch_size = job
-    lines, invalid = decode_raw(blob, path, first, strict)
+    path, first, block, strict, skip_bad, batch_size = job
+    lines, invalid = decode_raw(block_bytes(path, block), path, first, strict)
     pairs, bad = parse_pair_lines(lines, path, first, skip_bad)
     scores = model.score_raw_text(pairs, batch_size)
     stats = {"invalid_utf8_lines": invalid}

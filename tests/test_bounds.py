@@ -84,3 +84,22 @@ def test_hostile_model_files_give_one_error_line_within_a_memory_budget(tmp_path
         name, result = line.split("\t", 1)
         assert result.startswith(f"error: {files[name]}: "), line
     assert len(results) == len(files) and int(peak.split()[1]) < 1 << 20  # KiB: under 1 GiB, all files in turn
+
+
+def test_the_workers_plan_reads_the_blocks_iter_line_blocks_reads(tmp_path):
+    """line_plan finds, without keeping text, the blocks iter_line_blocks reads: the workers read them by offset."""
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        sizes = rng.choice([0, 1, 5, 50, 300, 2000, 6000], size=rng.integers(0, 50))
+        text = "\n".join("x" * int(n) for n in sizes) + ("\n" if rng.random() < 0.7 else "")
+        path = tmp_path / f"{trial}.txt"
+        path.write_text(text)
+        lines, budget = int(rng.choice([1, 2, 7, 100])), int(rng.choice([1, 100, 4096, 10**6]))
+        total = fileio.count_lines(path)
+        start = int(rng.integers(0, total + 1))
+        stop = None if rng.random() < 0.5 else int(rng.integers(start, total + 1))
+        read = [(first, blob) for first, blob in fileio.iter_line_blocks(path, lines, start, stop, chunk_bytes=budget)]
+        plan = fileio.line_plan(path, lines, start, stop, chunk_bytes=budget)
+        data = path.read_bytes()
+        assert [(first, data[at : at + size]) for first, at, size, _ in plan] == read
+        assert [n for *_, n in plan] == [blob.count(b"\n") + (not blob.endswith(b"\n")) for _, blob in read]
