@@ -372,10 +372,10 @@ def parse_args(argv: list[str] | None):
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if importlib.util.find_spec("gradio") is None:  # before any work: the page needs it
-        raise InputError(f"the demo needs its extra: {install_hint('demo')}")
     if args.model not in SHIPPED and not Path(args.model).exists():
         raise InputError(f"unknown model {args.model!r}: give {' or '.join(SHIPPED)}, or a model file")
+    if importlib.util.find_spec("gradio") is None:  # before any work: the page needs it
+        raise InputError(f"the demo needs its extra: {install_hint('demo')}")
     use_threads(args.threads)
     ALLOWED.add(args.model)
     get_model(args.model)  # a bad model file fails here, not in the page
