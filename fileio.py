@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import errno
 import fcntl
+import functools
 import glob
 import gzip
 import hashlib
@@ -673,7 +674,14 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled as Ctrl-C is (temporaries removed, workers stopped), then exit 143."""
 
 
-def _terminate(signum, frame) -> None:
+def _terminate(owner: int, signum, frame) -> None:
+    """SIGTERM as Ctrl-C in the process that ran run_cli; a forked child (a process pool's worker, which inherits
+    the handler) ends as SIGTERM's default would, so that a pool terminating its workers never finds one raising
+    inside its queue's lock."""
+    if os.getpid() != owner:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     raise Terminated
 
 
@@ -683,7 +691,7 @@ def run_cli(main: Callable[..., int | None]) -> Callable[..., int]:
 
     def wrapped(argv: list[str] | None = None, **kwargs) -> int:
         main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+        previous = signal.signal(signal.SIGTERM, functools.partial(_terminate, os.getpid())) if main_thread else None
         try:
             return main(argv, **kwargs) or 0
         except Error as e:

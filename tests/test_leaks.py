@@ -49,3 +49,26 @@ def test_device_names_are_read_in_any_case(tmp_path):
     text.write_text("a man\n")
     args = ["--sentence-file", str(text), "--output-file", str(tmp_path / "v.npy"), "--quiet", "--device", "CPU"]
     assert embed_sentences.main(args) == 0 and np.load(tmp_path / "v.npy").shape[0] == 1
+
+
+POOL_UNDER_RUN_CLI = """import multiprocessing, sys
+from paraphrastic.fileio import run_cli
+
+def square(x):
+    return x * x
+
+@run_cli
+def main(argv=None):
+    for _ in range(20):  # a pool's exit terminates its workers with SIGTERM, as preprocessing's pools do
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            assert list(pool.imap(square, range(50))) == [x * x for x in range(50)]
+
+sys.exit(main())
+"""
+
+
+def test_a_forked_pool_under_run_cli_ends_its_workers_as_sigterm_always_did():
+    """run_cli's SIGTERM handler is the parent's: a forked pool worker ends by SIGTERM's default, never raising
+    inside its queue's lock (which left a sibling waiting on that lock for ever, and the command with it)."""
+    done = subprocess.run([sys.executable, "-c", POOL_UNDER_RUN_CLI], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Terminated" not in done.stderr, done.stderr[-2000:]
