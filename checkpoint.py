@@ -154,6 +154,15 @@ def _pickle_member(archive: zipfile.ZipFile) -> zipfile.ZipInfo | None:
     return pickles[0]
 
 
+def read_pickle(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, storage=None):
+    """A torch zip's pickle, walked by its operations first (count_ops), then unpickled (`storage`: see
+    _Unpickler; without it, a scan)."""
+    with archive.open(info) as f:
+        count_ops(f, path)
+    with archive.open(info) as f:
+        return _Unpickler(f, storage).load()
+
+
 def scan_model_file(path: Path) -> None:
     """Refuse, before torch reads it, a model file whose pickle asks for more than any model needs (a codec applied
     again and again, a pickle that inflates or holds millions of operations): a ModelError within a bounded time and
@@ -164,10 +173,7 @@ def scan_model_file(path: Path) -> None:
                 with zipfile.ZipFile(raw) as archive:
                     if (info := _pickle_member(archive)) is None:
                         return
-                    with archive.open(info) as f:
-                        count_ops(f, path)
-                    with archive.open(info) as f:
-                        _Unpickler(f).load()
+                    read_pickle(archive, info, path)
                 return
             budget = MAX_PICKLE_OPS
             for _ in range(5):  # the legacy format: magic, protocol, system, the object, the storage keys
@@ -209,10 +215,7 @@ def read_checkpoint(path: Path) -> dict | None:
                     f.readinto(memoryview(out).cast("B"))
                 return out
 
-            with archive.open(info) as f:
-                count_ops(f, path)
-            with archive.open(info) as f:
-                state = _Unpickler(f, storage).load()
+            state = read_pickle(archive, info, path, storage)
     except _Hostile as e:
         raise refused(path, e) from None
     except Exception:  # noqa: BLE001 - any other fault: the torch loader reads the file again and names it
@@ -251,9 +254,7 @@ def checkpoint_fields(state: dict, path: Path) -> dict:
     fields = {"format_version": version, "config": config, "embedding": table, "embedding_scale": scale}
     if config.get("encoder", "sp") != "sp" or "parts" in config:
         return fields  # a general model: models.py reads its parts
-    if not isinstance(state.get("sp_model"), bytes):
-        raise ModelError(f"{path}: no sentencepiece model inside the model file (it is corrupt)")
-    tokenizer = Tokenizer(state["sp_model"], config["lowercase"], source=path)
+    tokenizer = sp_tokenizer(state, path)
     rows, unk = state.get("piece_rows"), state.get("unk_row")
     if rows is None and len(table) != len(tokenizer):
         raise ModelError(f"{path}: {len(table)} embedding rows for {len(tokenizer)} pieces (the file is corrupt)")
@@ -262,6 +263,13 @@ def checkpoint_fields(state: dict, path: Path) -> dict:
         if type(unk) is not int or not 0 <= unk < len(table):
             raise ModelError(f"{path}: unknown-token row {unk!r:.40} is not a row of the table (the file is corrupt)")
     return fields | {"tokenizer": tokenizer, "piece_rows": rows, "unk_row": unk if rows is not None else None}
+
+
+def sp_tokenizer(state: dict, path: Path) -> Tokenizer:
+    """The tokenizer of a checkpoint's `sp_model` (bytes) and its config's lowercasing (checked before)."""
+    if not isinstance(state.get("sp_model"), bytes):
+        raise ModelError(f"{path}: no sentencepiece model inside the model file (it is corrupt)")
+    return Tokenizer(state["sp_model"], state["config"]["lowercase"], source=path)
 
 
 def dtype_name(array) -> str | None:

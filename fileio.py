@@ -166,6 +166,12 @@ def binary_kind(head: bytes) -> str | None:
     return "binary data (NUL bytes)" if nuls > 8 and nuls > len(head) // 100 else None
 
 
+def refuse_binary(path: Path, head: bytes) -> None:
+    """Refuse, as text, a file whose first bytes `head` say it is binary (binary_kind)."""
+    if kind := binary_kind(head):
+        raise InputError(f"{path}: {kind}, not text: give UTF-8 text, one sentence per line")
+
+
 def iter_line_chunks(
     path: str | os.PathLike,
     chunk_lines: int = 65536,
@@ -207,8 +213,8 @@ def iter_line_blocks(
     left = math.inf if stop is None else max(stop - start, 0)
     buf, marks = b"", np.zeros(0, dtype=np.int64)  # unsent bytes; the offsets of the newlines in them
     with reading(path), open_binary(path) as f:
-        if not offset and not start and (kind := binary_kind(f.peek(8192)[:8192] if hasattr(f, "peek") else b"")):
-            raise InputError(f"{path}: {kind}, not text: give UTF-8 text, one sentence per line")
+        if not offset and not start:
+            refuse_binary(path, f.peek(8192)[:8192])
         f.seek(offset) if offset is not None else skip_lines(f, start)
         while left:
             data = f.read(block)
@@ -288,9 +294,9 @@ def worker_blocks(
     if path.suffix == ".gz":
         stop = count_lines(path) if stop is None else stop
         return iter_line_blocks(path, chunk_lines, start, stop), max(stop - start, 0)
-    with reading(path), open(path, "rb") as f:  # refused as iter_line_blocks refuses it: binary data, not text
-        if kind := binary_kind(f.read(8192)) if not start else None:
-            raise InputError(f"{path}: {kind}, not text: give UTF-8 text, one sentence per line")
+    if not start:
+        with reading(path), open(path, "rb") as f:
+            refuse_binary(path, f.read(8192))
     plan = line_plan(path, chunk_lines, start, stop)
     return ((first, (offset, size)) for first, offset, size, _ in plan), sum(lines for *_, lines in plan)
 

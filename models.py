@@ -41,6 +41,7 @@ from paraphrastic.checkpoint import (
     checked_rows,
     checkpoint_fields,
     scan_model_file,
+    sp_tokenizer,
 )
 from paraphrastic.encoders import (
     COMBINE,
@@ -590,11 +591,12 @@ def load_model(
         return import_folder(path).to(resolve_device(device)).eval()
     state = _safe_load(path)
     try:
-        if state.get("format") == FORMAT and isinstance(state["format"], str):
+        kind = state.get("format") if isinstance(state.get("format"), str) else None
+        if kind == FORMAT:
             model = from_checkpoint(state, path)
         elif "state_dict" in state and "vocab" in state:
             model = _from_legacy(state, path, sp_model)
-        elif state.get("format") == TRAIN_STATE:
+        elif kind == TRAIN_STATE:
             raise ModelError(f"{path}: a training state for --resume, not a model: load model.pt or best.pt beside it")
         else:
             raise ModelError(f"{path}: not a paraphrastic model (keys: {sorted(map(str, state))[:6]})")
@@ -616,12 +618,6 @@ def from_checkpoint(state: dict, path: str | os.PathLike) -> Model:
     return SPModel(fields["tokenizer"], table, fields["config"], fields["piece_rows"], fields["unk_row"])
 
 
-def _sp_tokenizer(state: dict, config: dict, path: Path) -> Tokenizer:
-    if not isinstance(state.get("sp_model"), bytes):
-        raise ModelError(f"{path}: no sentencepiece model inside the model file (it is corrupt)")
-    return Tokenizer(state["sp_model"], config["lowercase"], source=path)
-
-
 def _general_from_native(state: dict, config: dict, table: torch.Tensor, path: Path) -> Model:
     """A word, trigram, LSTM or combined model: its parts, vocabularies and LSTM weights."""
     parts, vocabs = config.get("parts"), state.get("vocabs")
@@ -631,7 +627,7 @@ def _general_from_native(state: dict, config: dict, table: torch.Tensor, path: P
     for part, vocab in zip(parts, vocabs, strict=True):
         kind = part.get("tokens")
         if kind == "sp":
-            tokenizers.append(_sp_tokenizer(state, config, path))
+            tokenizers.append(sp_tokenizer(state, path))
         elif kind in TOKENIZERS and isinstance(vocab, list) and all(isinstance(v, str) for v in vocab):
             tokenizers.append(TOKENIZERS[kind](vocab, config["lowercase"]))
         else:

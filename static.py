@@ -206,6 +206,10 @@ class Encoding:
         for any size, see `start_multi_process_pool`); the rows are the same bit for bit. `bar`: a tqdm bar to
         advance by the texts done."""
         check_texts(texts)
+        return self._embed(texts, batch_size, pool, bar)
+
+    def _embed(self, texts: Sequence[str], batch_size: int, pool: Workers | None, bar) -> np.ndarray:
+        """embed_raw_text's rows of texts already checked."""
         if not len(texts) or (pool is None and (len(texts) < PARALLEL_MIN or workers.threads() == 1)):
             return self.embed_here(texts, batch_size, bar)
         with contextlib.nullcontext(pool) if pool is not None else Workers(self) as team:
@@ -269,7 +273,7 @@ class Encoding:
             for window in text_windows(texts):
                 if pool is None and len(window) >= PARALLEL_MIN and workers.threads() > 1:
                     pool = stack.enter_context(Workers(self))
-                rows = self.embed_raw_text(window, batch_size, pool, bar)
+                rows = self._embed(window, batch_size, pool, bar)  # text_windows checked its texts
                 if n + len(rows) > len(out):
                     out.resize((max(2 * len(out), n + len(rows)), self.dim), refcheck=False)
                 out[n : n + len(rows)] = rows
@@ -335,7 +339,7 @@ def text_windows(texts: Iterable[str]) -> Iterator[list[str]]:
     window, chars, at = [], 0, 0
     for text in texts:
         if not isinstance(text, str):
-            raise TypeError(f"texts[{at}] is {type(text).__name__} {text!r:.60}, not a string")
+            raise not_a_string(at, text)
         window.append(text)
         chars, at = chars + len(text), at + 1
         if len(window) >= STREAM_TEXTS or chars >= STREAM_CHARS:
@@ -362,7 +366,11 @@ def check_texts(texts) -> None:
     if not set(map(type, texts)) <= {str}:  # the fast test; a subclass of str (numpy's) passes the slow one
         for i, item in enumerate(texts):
             if not isinstance(item, str):
-                raise TypeError(f"texts[{i}] is {type(item).__name__} {item!r:.60}, not a string")
+                raise not_a_string(i, item)
+
+
+def not_a_string(at: int, item) -> TypeError:
+    return TypeError(f"texts[{at}] is {type(item).__name__} {item!r:.60}, not a string")
 
 
 def is_vectors(x) -> bool:

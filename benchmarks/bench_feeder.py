@@ -11,7 +11,6 @@ the moment its workers start (the feeding, start-up aside).
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -20,15 +19,7 @@ from pathlib import Path
 
 from common import ROOT, children, english_sentences, machine_header
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def own_cpu(pid: int) -> float | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICK
+from paraphrastic.workers import process_cpu
 
 
 def parent_share(cmd: list[str]) -> tuple[float, float, float, float]:
@@ -38,7 +29,7 @@ def parent_share(cmd: list[str]) -> tuple[float, float, float, float]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     cpu, forked = 0.0, None
     while proc.poll() is None:
-        cpu = own_cpu(proc.pid) or cpu
+        cpu = process_cpu(proc.pid) or cpu
         if forked is None and children(proc.pid):
             forked = (time.perf_counter(), cpu)
         time.sleep(0.02)
