@@ -680,15 +680,41 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled as Ctrl-C is (temporaries removed, workers stopped), then exit 143."""
 
 
-def _terminate(owner: int, signum, frame) -> None:
-    """SIGTERM as Ctrl-C in the process that ran run_cli; a forked child (a process pool's worker, which inherits
-    the handler) ends as SIGTERM's default would, so that a pool terminating its workers never finds one raising
-    inside its queue's lock."""
-    if os.getpid() != owner:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-        return
+def _terminate(signum, frame) -> None:
     raise Terminated
+
+
+_term_owner: int | None = None  # the process whose run_cli handles SIGTERM as Ctrl-C
+_held: set[signal.Signals] | None = None  # while a fork runs: the signal mask from before it
+
+
+def _hold_term() -> None:
+    """Before a fork: hold SIGTERM back, so that none reaches the child while it still has the parent's handler
+    (CPython drops a signal that lands between fork and the child's reset: the worker then lives on, and the pool
+    that terminated it waits for ever)."""
+    global _held
+    if _term_owner == os.getpid():
+        _held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _release_term(child: bool) -> None:
+    """After a fork: a child takes SIGTERM's default (a pool's worker ends as it always did, whatever it holds),
+    then both let through a SIGTERM held meanwhile."""
+    global _held
+    if _held is None:
+        return
+    if child:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if signal.SIGTERM not in _held:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    _held = None
+
+
+os.register_at_fork(
+    before=_hold_term,
+    after_in_parent=functools.partial(_release_term, False),
+    after_in_child=functools.partial(_release_term, True),
+)
 
 
 def run_cli(main: Callable[..., int | None]) -> Callable[..., int]:
@@ -696,8 +722,10 @@ def run_cli(main: Callable[..., int | None]) -> Callable[..., int]:
     stops it as Ctrl-C does."""
 
     def wrapped(argv: list[str] | None = None, **kwargs) -> int:
+        global _term_owner
         main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, functools.partial(_terminate, os.getpid())) if main_thread else None
+        previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+        outer, _term_owner = _term_owner, os.getpid() if main_thread else _term_owner
         try:
             return main(argv, **kwargs) or 0
         except Error as e:
@@ -713,6 +741,7 @@ def run_cli(main: Callable[..., int | None]) -> Callable[..., int]:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+                _term_owner = outer
 
     return wrapped
 

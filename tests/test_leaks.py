@@ -1,6 +1,7 @@
 """Nothing left behind: shared-memory files and training temporaries carry their process id and are removed by
 the next run once their owner is dead; a bad --device is a usage error, never a traceback."""
 
+import signal
 import subprocess
 import sys
 
@@ -59,7 +60,7 @@ def square(x):
 
 @run_cli
 def main(argv=None):
-    for _ in range(20):  # a pool's exit terminates its workers with SIGTERM, as preprocessing's pools do
+    for _ in range(100):  # a pool's exit terminates its workers with SIGTERM, as preprocessing's pools do
         with multiprocessing.get_context("fork").Pool(2) as pool:
             assert list(pool.imap(square, range(50))) == [x * x for x in range(50)]
 
@@ -72,3 +73,29 @@ def test_a_forked_pool_under_run_cli_ends_its_workers_as_sigterm_always_did():
     inside its queue's lock (which left a sibling waiting on that lock for ever, and the command with it)."""
     done = subprocess.run([sys.executable, "-c", POOL_UNDER_RUN_CLI], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "Terminated" not in done.stderr, done.stderr[-2000:]
+
+
+FORK_UNDER_RUN_CLI = """import os, signal, sys
+os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGTERM))  # lands as the child starts
+from paraphrastic.fileio import run_cli
+
+@run_cli
+def main(argv=None):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)  # reached only where the SIGTERM was lost
+    status = os.waitpid(pid, 0)[1]
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    print(os.WIFSIGNALED(status) and os.WTERMSIG(status), signal.SIGTERM in blocked, signal.getsignal(signal.SIGTERM))
+
+sys.exit(main())
+"""
+
+
+def test_a_sigterm_that_reaches_a_child_as_it_forks_ends_it():
+    """SIGTERM is held back across a fork (CPython drops one that lands before the child resets its signals, and
+    a pool then waits for ever on the worker it terminated): the child ends by it; the parent keeps its handler."""
+    done = subprocess.run([sys.executable, "-c", FORK_UNDER_RUN_CLI], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ended_by, still_blocked, handler = done.stdout.split(maxsplit=2)
+    assert ended_by == str(int(signal.SIGTERM)) and still_blocked == "False" and "_terminate" in handler

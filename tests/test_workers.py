@@ -207,16 +207,22 @@ def test_a_killed_run_leaves_no_process_and_no_file_after_the_next_run(tiny_mode
     assert left_by(proc.pid, tmp_path, static.SHM_DIR) == []
 
 
-def slow_square(model, job):
-    time.sleep(0.2)
-    return job * job
+def say_and_sleep(model, marker: str) -> str:
+    """A job that writes its worker's pid to `marker` (when one is named), then sleeps: a job held by that worker."""
+    if marker:
+        Path(marker).write_text(str(os.getpid()))
+        time.sleep(3)
+    return marker
 
 
-def test_a_stopped_worker_is_named_in_one_error(tiny_model):
+def test_a_stopped_worker_is_named_in_one_error(tiny_model, tmp_path):
+    markers = [str(tmp_path / name) for name in "ab"]
     with Workers(tiny_model, 2) as pool:
-        results = pool.map(slow_square, range(40))
-        assert next(results) == 0
-        stopped = pool.pids()[0]
+        results = pool.map(say_and_sleep, ["", *markers])
+        assert next(results) == ""
+        while not Path(markers[0]).exists() or not Path(markers[0]).read_text():
+            time.sleep(0.01)
+        stopped = int(Path(markers[0]).read_text())  # a worker stopped while it holds a job that a result waits on
         os.kill(stopped, signal.SIGSTOP)
         try:
             with pytest.raises(WorkerError, match=f"worker process {stopped} is stopped .*kill -CONT {stopped}"):
