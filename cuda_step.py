@@ -1,8 +1,12 @@
-"""A training step that never waits on the GPU: fixed-size rows (unique_rows), a pooling whose backward needs
-no count read back (segment_mean), one layout of a mini-batch for the device, its graph and the host
-(minibatch_sentences), and the step recorded once as a CUDA graph and replayed (GraphedSteps)."""
+"""A training step that never waits on the GPU and wastes no work on filler: each mini-batch's ids and distinct
+rows in slots sized from counts made once a mega-batch (distinct_rows, slots), pooling and its gradient as segment
+sums in one fixed order (segment_mean: the same bits every run, no atomics queueing on a filler row), one layout of
+a mini-batch for the device, its graph and the host (minibatch_sentences), and the step recorded once per shape as a
+CUDA graph and replayed (GraphedSteps)."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -10,28 +14,62 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 
-def unique_rows(ids: torch.Tensor, spare: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The distinct table rows of a batch and each id's position among them (torch.unique's). With `spare` the rows
-    come in a fixed size, len(ids): the distinct ones ascending, then the spare row (one past the table, never in
-    a bag) as filler, so that a GPU never has to tell the host how many there are."""
-    if spare is None:
-        return torch.unique(ids, return_inverse=True)
-    ordered, order = torch.sort(ids)
+def slots(count: int) -> int:
+    """`count` rounded up to one of eight sizes per power of two: at most an eighth filler, and few shapes (each
+    shape is a CUDA graph)."""
+    grain = 1 << max(count.bit_length() - 4, 0)
+    return -(-count // grain) * grain
+
+
+class Distinct(NamedTuple):
+    """A batch's ids as distinct table rows, in a size fixed beforehand (a CUDA graph's shapes cannot follow the
+    data): `rows` holds the distinct ids ascending, then the spare row as filler; id i is rows[local[i]]; the ids
+    of slot k are order[starts[k] : starts[k + 1]] (positions sorted by id, equal ids in their order)."""
+
+    rows: torch.Tensor
+    local: torch.Tensor
+    order: torch.Tensor
+    starts: torch.Tensor
+
+
+def distinct_rows(ids: torch.Tensor, spare: int, size: int, real: torch.Tensor | None = None) -> Distinct:
+    """The Distinct of `ids` in `size` slots (at least the distinct count, plus one where padding follows). `real`:
+    how many leading ids are real, the rest padding of the spare row (the largest id): its slot is left empty, so
+    that the padding adds nothing to any gradient."""
+    ordered, order = torch.sort(ids, stable=True)
     new = torch.ones_like(ordered, dtype=torch.bool)
     new[1:] = ordered[1:] != ordered[:-1]
     slot = torch.cumsum(new, 0) - 1
-    return torch.full_like(ids, spare).scatter_(0, slot, ordered), torch.empty_like(slot).scatter_(0, order, slot)
+    starts = torch.searchsorted(slot, torch.arange(size + 1, device=ids.device))
+    if real is not None:
+        starts = starts.clamp_max(real)
+    filled = starts[:-1] < starts[1:]
+    rows = torch.where(filled, ordered[starts[:-1].clamp_max(len(ids) - 1)], spare)
+    return Distinct(rows, torch.empty_like(slot).scatter_(0, order, slot), order, starts)
 
 
-def segment_mean(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
-    """mean_pool by a gather and an index_add: the same means, with a backward pass that never waits on the GPU
-    (embedding_bag's reads its number of distinct ids back to the host)."""
-    total = torch.full((1,), len(ids), dtype=offsets.dtype, device=offsets.device)
-    lengths = torch.diff(offsets, append=total)
-    owner = torch.repeat_interleave(torch.arange(len(offsets), device=ids.device), lengths, output_size=len(ids))
-    rows = F.dropout(table.index_select(0, ids), p=dropout, training=dropout > 0)
-    sums = torch.zeros(len(offsets), table.shape[1], dtype=table.dtype, device=table.device).index_add_(0, owner, rows)
-    return sums / lengths.clamp_min(1).unsqueeze(1).to(table.dtype)
+class _GatherRows(torch.autograd.Function):
+    """sub[local], whose gradient sums each row's ids in the sorted order (segment sums, one thread a row and
+    column) instead of index_add_'s atomics: the same bits every run, and no queue of filler adds on one row."""
+
+    @staticmethod
+    def forward(ctx, sub: torch.Tensor, local: torch.Tensor, order: torch.Tensor, starts: torch.Tensor):
+        ctx.save_for_backward(order, starts)
+        return sub.index_select(0, local)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        order, starts = ctx.saved_tensors
+        return torch.segment_reduce(grad.index_select(0, order), "sum", offsets=starts, unsafe=True), None, None, None
+
+
+def segment_mean(sub: torch.Tensor, distinct: Distinct, bounds: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+    """The mean of each bag of rows of `sub` (the distinct rows' vectors): bag b holds ids [bounds[b], bounds[b +
+    1]); ids past bounds[-1] (padding) are read by none. mean_pool's result, by segment sums in a fixed order both
+    ways, with nothing read back to the host."""
+    rows = F.dropout(_GatherRows.apply(sub, *distinct[1:]), p=dropout, training=dropout > 0)
+    sums = torch.segment_reduce(rows, "sum", offsets=bounds, unsafe=True)
+    return sums / torch.diff(bounds).clamp_min(1).unsqueeze(1).to(sums.dtype)
 
 
 def minibatch_sentences(pairs, n, negatives, one_sided: bool):
@@ -46,32 +84,38 @@ def minibatch_sentences(pairs, n, negatives, one_sided: bool):
 
 
 class GraphedSteps:
-    """Mini-batch updates of fixed shapes, recorded once as a CUDA graph and replayed: a step then costs the host one
+    """Mini-batch updates of fixed shapes, recorded once as CUDA graphs and replayed: a step then costs the host one
     launch instead of a hundred, which is what a GPU's step at batch 128 waits for otherwise.
 
-    Each mega-batch is copied into buffers that keep their addresses; a step reads its pairs from them by its start
-    (a one-number buffer) and pads its ids to C, a power of two fixed for the mega-batch, with a last bag of the
-    spare row that no loss reads. The first step of each shape runs directly (warming the kernels up) and is then
-    recorded; where recording fails, or off a GPU (the tests), every step runs that same code directly.
+    Each mega-batch is copied into buffers that keep their addresses, and each of its mini-batches' ids and distinct
+    rows are counted there at once (one read back, with the negatives'). A step reads its pairs from the buffers by
+    its start (a one-number buffer), pads its ids with a last bag of the spare row that no loss reads, and takes its
+    shape, ids and rows, from `slots` of its own counts. The first step of each shape runs directly (warming the
+    kernels up) and is then recorded, every graph in one memory pool; where recording fails, or off a GPU (the
+    tests), every step runs that same code directly.
     """
 
     def __init__(self, trainer):  # train.Trainer, whose optimizer, margin and apply_on_device a step uses
         self.trainer, self.device = trainer, trainer.device
         self.record = trainer.device.type == "cuda"
-        self.graphs: dict[int, torch.cuda.CUDAGraph | None] = {}
+        self.pool = torch.cuda.graph_pool_handle() if self.record else None
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.loaded = None  # the train.MegaBatch in the buffers
-        self.size = self.capacity = 0
+        self.shapes: list[tuple[int, int]] = []  # each full mini-batch's (id slots, row slots)
+        self.shape, self.capacity = (0, 0), 0
         self.numbers = torch.zeros(3, dtype=torch.int64, device=self.device)  # start, n, where the padding sits
         self.loss = torch.zeros((), device=self.device)
 
     def step(self, mb, lo: int, hi: int) -> torch.Tensor | None:
         """The update of mini-batch [lo, hi) of `mb` (its loss), or None for train_step to do (a short one)."""
-        if hi - lo != self.trainer.config.batch_size:
+        batch = self.trainer.config.batch_size
+        if hi - lo != batch:
             return None
         if mb is not self.loaded:
             self.load(mb)
         self.numbers[0].fill_(lo)
-        graph = self.graphs.get(self.size)
+        self.shape = self.shapes[lo // batch]
+        graph = self.graphs.get(self.shape)
         if graph is not None:
             graph.replay()
         else:
@@ -80,13 +124,12 @@ class GraphedSteps:
 
     def load(self, mb) -> None:
         """Copy a new mega-batch into the buffers (grown, and the graphs dropped, when it does not fit) and fix the
-        padded size of its steps."""
-        batch, one_sided = self.trainer.config.batch_size, self.trainer.config.one_sided
-        most = max((mb.ids_in(lo, lo + batch, one_sided) for lo in range(0, mb.n - batch + 1, batch)), default=1)
-        self.size = 1 << (most - 1).bit_length()  # a power of two: few shapes over a run, few graphs
+        shape of each of its steps."""
+        self.shapes = [(slots(ids), slots(rows + 1)) for ids, rows in zip(*self.counts(mb), strict=True)]
+        most = max((size for size, _ in self.shapes), default=1)
         ids, n2 = len(mb.sentences.ids), 2 * mb.n
-        if ids + self.size > self.capacity or n2 > len(getattr(self, "offsets", ())):
-            self.capacity = 1 << (ids + self.size).bit_length()
+        if ids + most > self.capacity or n2 > len(getattr(self, "offsets", ())):
+            self.capacity = 1 << (ids + most).bit_length()
             self.ids = torch.empty(self.capacity, dtype=torch.int64, device=self.device)
             self.offsets, self.lengths, self.negatives = (
                 torch.empty(1 << n2.bit_length(), dtype=torch.int64, device=self.device) for _ in range(3)
@@ -94,13 +137,25 @@ class GraphedSteps:
             self.positions = torch.arange(max(self.capacity, len(self.offsets)), device=self.device)
             self.graphs = {}
         self.ids[:ids].copy_(mb.sentences.ids)
-        self.ids[ids : ids + self.size].fill_(self.trainer.optimizer.rows)  # the padding: the spare row
+        self.ids[ids : ids + most].fill_(self.trainer.optimizer.rows)  # the padding: the spare row
         self.offsets[:n2].copy_(mb.sentences.offsets)
         self.lengths[:n2].copy_(mb.lengths)
         self.negatives[:n2].copy_(mb.negatives)
         self.numbers[1].fill_(mb.n)
         self.numbers[2].fill_(ids)
         self.loaded = mb
+
+    def counts(self, mb) -> list[list[int]]:
+        """(ids, distinct ids) of each full mini-batch of `mb`, counted on the device for all of them at once."""
+        batch, spare = self.trainer.config.batch_size, self.trainer.optimizer.rows
+        steps = mb.n // batch
+        idx, _ = minibatch_sentences(torch.arange(steps * batch, device=self.device), mb.n, mb.negatives,
+                                     self.trainer.config.one_sided)  # fmt: skip
+        step_of = torch.arange(len(idx), device=self.device) % (steps * batch) // batch
+        owner = torch.repeat_interleave(step_of, mb.lengths[idx])
+        keys = torch.unique(owner * (spare + 1) + mb.sentences.take(idx, mb.lengths).ids)
+        found = [torch.bincount(owner, minlength=steps), torch.bincount(keys // (spare + 1), minlength=steps)]
+        return torch.stack(found).tolist()
 
     def first_run(self) -> None:
         """Run a step of a new shape directly (on a side stream, as a graph's warm-up must), then record it."""
@@ -113,28 +168,30 @@ class GraphedSteps:
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, pool=self.pool):
                 self.run()
         except RuntimeError as e:  # recording refused: every step runs directly from here on, as on a CPU
             tqdm.write(f"warning: CUDA graphs unavailable ({str(e).splitlines()[0]}); steps run one kernel at a time")
             self.record = False
             return
-        self.graphs[self.size] = graph
+        self.graphs[self.shape] = graph
 
     def run(self) -> None:
-        """The step itself, in fixed shapes: MegaBatch.minibatch's bags padded to `size` ids, then train_step."""
+        """The step itself, in this step's shape: MegaBatch.minibatch's bags padded to the id slots, then
+        train_step's pooling, loss and update on the row slots."""
         config, trainer = self.trainer.config, self.trainer
-        batch, size = config.batch_size, self.size
+        batch, (size, rows) = config.batch_size, self.shape
         start, n, pad_at = self.numbers[0], self.numbers[1], self.numbers[2]
         idx, negatives = minibatch_sentences(start + self.positions[:batch], n, self.negatives, config.one_sided)
         lens = self.lengths[idx]
-        lens = torch.cat([lens, (size - lens.sum()).view(1)])  # the padding bag takes the rest
+        real = lens.sum()
+        lens = torch.cat([lens, (size - real).view(1)])  # the padding bag takes the rest
         sources = torch.cat([self.offsets[idx], pad_at.view(1)])
-        offsets = torch.cumsum(lens, 0) - lens
+        offsets = torch.cumsum(lens, 0) - lens  # the bags' bounds: the padding bag starts where the real ids end
         ids = self.ids[self.positions[:size] - torch.repeat_interleave(offsets - sources, lens, output_size=size)]
-        rows, local = unique_rows(ids, trainer.optimizer.rows)
-        sub = trainer.optimizer.table.index_select(0, rows).requires_grad_()
-        vectors = segment_mean(sub, local, offsets, config.dropout)[:-1]
+        distinct = distinct_rows(ids, trainer.optimizer.rows, rows, real)
+        sub = trainer.optimizer.table.index_select(0, distinct.rows).requires_grad_()
+        vectors = segment_mean(sub, distinct, offsets, config.dropout)
         loss = trainer.margin(vectors, [(neg >= 0).float() for neg in negatives])
         loss.backward()
-        self.loss.copy_(trainer.apply_on_device(loss, rows, sub.grad))
+        self.loss.copy_(trainer.apply_on_device(loss, distinct.rows, sub.grad))

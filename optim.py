@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.optim.adam import adam
 
 
 def all_finite(tensors: list[torch.Tensor]) -> bool:
@@ -40,7 +41,7 @@ class LazyAdam:
     """
 
     def __init__(self, table: torch.Tensor, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, spare: int = 0):
-        """`spare`: rows at the end of `table` that are no part of the model (unique_rows' filler), never saved."""
+        """`spare`: rows at the end of `table` that are no part of the model (distinct_rows' filler), never saved."""
         self.table, self.lr, self.betas, self.eps = table, lr, betas, eps
         self.rows = table.shape[0] - spare
         self.moments = torch.zeros(2, *table.shape, dtype=table.dtype, device=table.device)
@@ -68,21 +69,18 @@ class LazyAdam:
         self.table.index_add_(0, rows, update, alpha=-self.lr * root / (1 - b1**self.steps))
 
     def _masked_step(self, rows: torch.Tensor, grad: torch.Tensor, ok: torch.Tensor) -> None:
-        """`step`'s arithmetic with the step count and the bias corrections as device tensors, kept or discarded
-        by `ok` (a skipped batch leaves everything as it was, as on the host's path)."""
+        """`step` as torch's fused Adam (one kernel) on the gathered rows, with the step count on the device: where
+        `ok` is false nothing changes, decided there. The rows go back by plain copies: the spare row, repeated as
+        filler with a zero gradient, gets the same bytes from each copy (index_add_'s atomics would queue on it)."""
         if self.counted is None:
-            self.counted = torch.tensor(self.steps, dtype=torch.float64, device=self.table.device)
-        self.counted += ok
+            self.counted = torch.tensor(float(self.steps), device=self.table.device)  # exact to 2**24 updates
+        weights, m, v = self.table.index_select(0, rows), *self.moments.index_select(1, rows)
         b1, b2 = self.betas
-        m_old, v_old = self.moments[0].index_select(0, rows), self.moments[1].index_select(0, rows)
-        m = torch.where(ok, m_old.lerp(grad, 1 - b1), m_old)
-        v = torch.where(ok, v_old * b2 + (1 - b2) * grad * grad, v_old)
+        adam([weights], [grad], [m], [v], [], [self.counted], fused=True, found_inf=(~ok).float(),
+             amsgrad=False, beta1=b1, beta2=b2, lr=self.lr, weight_decay=0.0, eps=self.eps, maximize=False)  # fmt: skip
+        self.table.index_copy_(0, rows, weights)
         self.moments[0].index_copy_(0, rows, m)
         self.moments[1].index_copy_(0, rows, v)
-        root = torch.sqrt(1 - b2**self.counted)
-        step = (self.lr * root / (1 - b1**self.counted)).to(grad.dtype)
-        update = torch.where(ok, m / (v.sqrt() + self.eps * root.to(grad.dtype)), 0)
-        self.table.index_add_(0, rows, update * -step)
 
     def state_dict(self) -> dict:
         steps = self.steps if self.counted is None else int(self.counted)

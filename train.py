@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from paraphrastic import distributed, evaluate
-from paraphrastic.cuda_step import GraphedSteps, minibatch_sentences, segment_mean, unique_rows
+from paraphrastic.cuda_step import GraphedSteps, distinct_rows, minibatch_sentences, segment_mean
 from paraphrastic.distill import DistillStream, contrastive_loss, distill_loss, relational_loss
 from paraphrastic.distributed import ALONE, Ranks
 from paraphrastic.encoders import bag_owners
@@ -286,7 +286,7 @@ class Trainer:
         # On a GPU a step never waits for the device: fixed-size rows, flags kept there (one process, no LSTM)
         self.sync_free = (self.device.type == "cuda" or SYNC_FREE_ON_CPU) and ranks.world == 1 and not self.dense
         table = model.embedding.weight.data
-        if self.sync_free:  # one spare row past the table takes unique_rows' filler
+        if self.sync_free:  # one spare row past the table: distinct_rows' filler
             table = torch.cat([table, table.new_zeros(1, table.shape[1])])
             model.embedding.weight.data = table[:-1]
         self.optimizer = LazyAdam(table, config.lr, spare=int(self.sync_free))
@@ -454,14 +454,19 @@ class Trainer:
             related, relations = self.relate.batch(self.step, self.device)
             bags = bags.cat(related)
         parts = self.model.split_parts(*bags)
-        spare = self.optimizer.rows if self.sync_free else None
-        rows, local = unique_rows(torch.cat([p[0] for p in parts]), spare)
+        ids = torch.cat([p[0] for p in parts])
+        if self.sync_free:  # rows of a size known beforehand, so that the GPU never reports a count
+            distinct = distinct_rows(ids, self.optimizer.rows, len(ids))
+            rows, local = distinct.rows, distinct.local
+        else:
+            rows, local = torch.unique(ids, return_inverse=True)
         sub = self.optimizer.table.index_select(0, rows).requires_grad_()
         local_parts = list(zip(local.split([len(p[0]) for p in parts]), (p[1] for p in parts), strict=True))
         if self.dense_optimizer:
             self.dense_optimizer.zero_grad()
         if self.sync_free and self.model.poolings == ["mean"]:
-            vectors = segment_mean(sub, *local_parts[0], self.config.dropout)
+            bounds = torch.cat([bags.offsets, bags.offsets.new_tensor([len(ids)])])
+            vectors = segment_mean(sub, distinct, bounds, self.config.dropout)
         else:
             vectors = self.model.pool_parts(sub, local_parts, self.config.dropout)
         loss = self.margin(vectors[:pooled], valid)

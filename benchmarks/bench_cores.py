@@ -110,12 +110,12 @@ def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple[float, 
     return args.lines / embed_s, args.lines / score_s, float(done.stdout.split()[-1])
 
 
-def startup(tmp: Path) -> str:
-    """The whole-command wall time of `paraphrastic-embed` on the 10-line example, median of 5 runs."""
+def startup(tmp: Path, count: int = 5) -> str:
+    """The whole-command wall time of `paraphrastic-embed` on the 10-line example, median of `count` runs."""
     example = ROOT / "data" / "example-sentences.txt"
     runs = [timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(example), "--output-file",
-                   str(tmp / "example.npy"), "--quiet"])[0] for _ in range(5)]  # fmt: skip
-    return f"paraphrastic-embed on data/example-sentences.txt, median of 5: {statistics.median(runs):.2f} s"
+                   str(tmp / "example.npy"), "--quiet"])[0] for _ in range(count)]  # fmt: skip
+    return f"paraphrastic-embed on data/example-sentences.txt, median of {count}: {statistics.median(runs):.2f} s"
 
 
 def main() -> None:
@@ -129,10 +129,11 @@ def main() -> None:
     p.add_argument("--counts", help="worker counts to run, comma-separated (default 1, 2, 4, ... up to --cores)")
     p.add_argument("--repeats", type=int, default=3, help="rounds of all worker counts; medians are printed")
     p.add_argument("--startup-only", action="store_true", help="print the start-up figure alone")
+    p.add_argument("--startup-runs", type=int, default=5, help="runs of the start-up figure (its median)")
     args = p.parse_args()
     if args.startup_only:
         with tempfile.TemporaryDirectory() as tmp:
-            print(f"{machine_header()}\nstart-up: {startup(Path(tmp))}")
+            print(f"{machine_header()}\nstart-up: {startup(Path(tmp), args.startup_runs)}")
         return
     print(machine_header())
     print(f"cpu: {models.cpu_name()}, {args.cores} cores used")
@@ -160,11 +161,12 @@ def main() -> None:
             limit = n * single
             print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} "
                   f"| {rates[0] / limit:.0%} | {ups} |", flush=True)  # fmt: skip
-        print(f"\nstart-up: {startup(tmp)}")
-        print(
-            "\npeak anonymous memory of paraphrastic-embed (the command and its workers, Pss_Anon; the output's pages aside):"
-        )
-        for size in [int(size) for size in args.memory.split(",") if size]:
+        print(f"\nstart-up: {startup(tmp, args.startup_runs)}")
+        sizes = [int(size) for size in args.memory.split(",") if size]
+        if sizes:
+            print("\npeak anonymous memory of paraphrastic-embed (the command and its workers, Pss_Anon; the output's "
+                  "pages aside):")  # fmt: skip
+        for size in sizes:
             write_lines(text, size, args.text)
             seconds, peak = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
                                    str(tmp / "out.npy"), "--threads", str(args.cores), "--quiet"], sample=0.05)  # fmt: skip

@@ -1,16 +1,20 @@
-"""The one GPU check: speed on the device and CUDA's results against the CPU's, in a few minutes, self-contained.
+"""The one device check: speed on the GPU and on every core, and CUDA's results against the CPU's, in one call of
+under ten minutes on a lent machine, self-contained.
 
     python benchmarks/bench_gpu.py --data DIR [--dry-run]
 
 Prints the machine; the device's fp32 and bf16 matrix-product rates; train.py's pairs/s at dim 1024, 50,000
-pieces, batch 128, M = 100 and M = 10 (paraphrase and bitext pools, synthetic HDF5 shards) as a fraction of the
-exact-mining bound at bf16's rate; paraphrastic-embed's sentences/s on cuda (CPU workers tokenize, the GPU pools)
-beside the CPU's on all cores; a teacher's sentences/s (a MiniLM-L6-shaped encoder with random weights and
-pre-tokenized input of 32 tokens: the forward pass a teacher's labelling spends its time in) in fp32 and in bf16
-autocast, with the cosine of the two; and the equality checks: embed, score and evaluate on cuda against cpu, and a
-short training run on each. DIR holds the few files it reads (see `pack_data`): `lines.txt` (sentences to embed),
-`pairs.tsv` (caption pairs for the short run), and `sts/en/` (the STS sets evaluate reads). --dry-run substitutes
-cpu for cuda and shrinks the work, to test the script where there is no GPU.
+pieces, batch 128 with M = 100 and M = 10, and batch 512 and 1024 with M = 100 (paraphrase and bitext pools,
+synthetic HDF5 shards), as a fraction of the exact-mining bound at bf16's rate; paraphrastic-embed's sentences/s on
+cuda (CPU workers tokenize, the GPU pools) beside the CPU's on all cores; every core (bench_cores.py with 1 and all
+workers on --core-lines lines, paraphrastic-embed and model.encode, the limit N x sentencepiece beside them, and the
+start-up apart); a teacher's sentences/s (a MiniLM-L6-shaped encoder with random weights and pre-tokenized input of
+32 tokens: the forward pass a teacher's labelling spends its time in) in fp32 and in bf16 autocast, with the cosine
+of the two; and the equality checks: embed, score and evaluate on cuda against cpu, a short training run on each,
+and a CUDA run stopped and resumed against the straight one, bit for bit. DIR holds the few files it reads (see
+`pack_data`): `lines.txt` (sentences to embed), `pairs.tsv` (caption pairs for the short run), and `sts/en/` (the
+STS sets evaluate reads). --dry-run substitutes cpu for cuda and shrinks every part, to test the script (the test
+suite runs it) where there is no GPU.
 """
 
 from __future__ import annotations
@@ -70,24 +74,25 @@ def section(title: str, work, *args) -> None:
     print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
 
 
-def train_rates(folder: Path, device: str, steps: dict[int, int], rate: float) -> None:
-    """train.py's pairs/s (the log windows after the first), against the exact-mining bound at `rate`."""
+def train_rates(folder: Path, device: str, runs: list[tuple[int, int, int]], rate: float, dim: int = DIM) -> None:
+    """train.py's pairs/s at `dim` for each (batch, M, updates) of `runs` (the log windows after the first), against
+    the exact-mining bound at `rate`."""
     sp = word_sentencepiece(folder)
     (folder / "sp.model").write_bytes(sp)
     shard = folder / "pairs.h5"
-    write_synthetic_shard(shard, max(m * BATCH * 3 for m in steps) + max(steps.values()) * BATCH, sp)
-    for m, count in steps.items():
+    write_synthetic_shard(shard, max(batch * (3 * m + count) for batch, m, count in runs), sp)
+    for batch, m, count in runs:
         for mode in ("paraphrase", "bitext"):
-            out = folder / f"run-{m}-{mode}"
+            out = folder / f"run-{batch}-{m}-{mode}"
             run(sys.executable, ROOT / "train.py", "--train-shards", shard, "--sp-model", folder / "sp.model",
-                "--output-dir", out, "--dim", DIM, "--batch-size", BATCH, "--megabatch-size", m,
+                "--output-dir", out, "--dim", dim, "--batch-size", batch, "--megabatch-size", m,
                 "--megabatch-anneal", 0, "--max-steps", count, "--log-every", m, "--mode", mode, "--device", device)  # fmt: skip
             records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
             later = [r for r in records if r["event"] == "train"][1:]  # the first window holds the warm-up
             pairs_s = sum(r["pairs_per_s"] for r in later) / len(later)
-            bound = mining_bound(rate, m, mode == "bitext")
-            print(f"  M = {m:3d} {mode:10s}: {pairs_s:10,.0f} pairs/s = {100 * pairs_s / bound:5.2f}% of the "
-                  f"exact-mining bound at bf16's rate ({bound:,.0f} pairs/s); {count} updates")  # fmt: skip
+            bound = mining_bound(rate, m, mode == "bitext", batch) * DIM / dim
+            print(f"  batch {batch:4d}, M = {m:3d} {mode:10s}: {pairs_s:10,.0f} pairs/s = {100 * pairs_s / bound:5.2f}% "
+                  f"of the exact-mining bound at bf16's rate ({bound:,.0f} pairs/s); {count} updates")  # fmt: skip
 
 
 def embed_rates(folder: Path, lines: Path, device: str, threads: int) -> None:
@@ -105,6 +110,15 @@ def embed_rates(folder: Path, lines: Path, device: str, threads: int) -> None:
         outs[where] = rows
     diff = float(np.max(np.abs(outs[device] - outs["cpu"])))
     print(f"  largest difference, {device} against cpu: {diff:.2e} (equal to float32 rounding: {diff < 1e-5})")
+
+
+def every_core(lines: Path, core_lines: int, cores: int) -> None:
+    """bench_cores.py with 1 and all workers: paraphrastic-embed and model.encode on `core_lines` lines, the limit N x
+    sentencepiece beside them, and the start-up apart."""
+    done = run(sys.executable, ROOT / "benchmarks" / "bench_cores.py", "--text", lines, "--lines", core_lines,
+               "--encode", core_lines, "--counts", f"1,{cores}", "--repeats", 1, "--skip-score", "--memory", "",
+               "--startup-runs", 5 if core_lines > 100_000 else 1)  # fmt: skip
+    print("\n".join(f"  {line}" for line in done.stdout.splitlines()[1:]))
 
 
 def teacher_rate(device: str, sentences: int) -> None:
@@ -133,9 +147,12 @@ def teacher_rate(device: str, sentences: int) -> None:
     print(f"  bf16 against fp32: cosine min {float(cos.min()):.5f}, mean {float(cos.mean()):.5f}")
 
 
-def equality(folder: Path, data: Path, device: str) -> None:
-    """score and evaluate on `device` against cpu, and a short training run on each."""
-    pairs = data / "pairs.tsv"
+def equality(folder: Path, data: Path, device: str, updates: int, pairs: int | None, tasks: str) -> None:
+    """score and evaluate (`tasks`) on `device` against cpu, a short training run of `updates` on each, and a run of
+    half as many stopped at a quarter and resumed against the straight one, on the first `pairs` caption pairs."""
+    lines = data.joinpath("pairs.tsv").read_text(encoding="utf-8").splitlines(keepends=True)[:pairs]
+    pairs, vocab = folder / "pairs.tsv", 4000 if len(lines) > 10_000 else 1000
+    pairs.write_text("".join(lines), encoding="utf-8")
     scores = {}
     for where in dict.fromkeys([device, "cpu"]):
         done = run(BIN / "paraphrastic-score", "--sentence-pair-file", pairs, "--device", where, "--quiet")
@@ -145,29 +162,28 @@ def equality(folder: Path, data: Path, device: str) -> None:
     )
     tables = {}
     for where in dict.fromkeys([device, "cpu"]):
-        done = run(BIN / "paraphrastic-evaluate", "--data-dir", data, "--tasks", "sts,stsb", "--device", where)
+        done = run(BIN / "paraphrastic-evaluate", "--data-dir", data, "--tasks", tasks, "--device", where)
         tables[where] = [line for line in done.stdout.splitlines() if "evaluated in" not in line]
-    print(
-        f"  evaluate (STS 2012-2016, STS Benchmark dev): {device} table equal to cpu's: {tables[device] == tables['cpu']}"
-    )
+    print(f"  evaluate ({tasks}): {device} table equal to cpu's: {tables[device] == tables['cpu']}")
     dev = data / "sts" / "en" / "stsb" / "dev.tsv"
     figures = {}
     for where in dict.fromkeys([device, "cpu"]):
         out = folder / f"short-{where}"
-        run(BIN / "paraphrastic-train", "--train-file", pairs, "--output-dir", out, "--dim", 128, "--vocab-size", 4000,
-            "--batch-size", 128, "--megabatch-size", 1, "--max-steps", 300, "--save-every", 300, "--dev-file", dev,
+        run(BIN / "paraphrastic-train", "--train-file", pairs, "--output-dir", out, "--dim", 128, "--vocab-size", vocab,
+            "--batch-size", 128, "--megabatch-size", 1, "--max-steps", updates, "--save-every", updates, "--dev-file", dev,
             "--device", where, "--seed", 1)  # fmt: skip
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         figures[where] = [r for r in records if r["event"] == "dev"][-1]["mean"]
-    print(f"  short training run (300 updates, dim 128, M = 1): STSb dev Pearson {device} {figures[device]:.2f}, "
+    print(f"  short training run ({updates} updates, dim 128, M = 1): STSb dev Pearson {device} {figures[device]:.2f}, "
           f"cpu {figures['cpu']:.2f}")  # fmt: skip
-    common = ["--train-file", pairs, "--dim", 128, "--vocab-size", 4000, "--batch-size", 128, "--megabatch-size", 10,
-              "--megabatch-anneal", 0, "--save-every", 50, "--device", device, "--seed", 1]  # fmt: skip
-    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "straight", "--max-steps", 150)
-    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "resumed", "--max-steps", 75)
-    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "resumed", "--max-steps", 150, "--resume")
+    common = ["--train-file", pairs, "--dim", 128, "--vocab-size", vocab, "--batch-size", 128, "--megabatch-size", 10,
+              "--megabatch-anneal", 0, "--save-every", updates // 6, "--device", device, "--seed", 1]  # fmt: skip
+    half, quarter = updates // 2, updates // 4
+    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "straight", "--max-steps", half)
+    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "resumed", "--max-steps", quarter)
+    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "resumed", "--max-steps", half, "--resume")
     a, b = (torch.load(folder / run_ / "model.pt", weights_only=True)["embedding"] for run_ in ("straight", "resumed"))
-    print(f"  stopped at update 75 and resumed to 150, M = 10, {device}: equal to the straight run bit for bit: "
+    print(f"  stopped at update {quarter} and resumed to {half}, M = 10, {device}: equal to the straight run bit for bit: "
           f"{torch.equal(a, b)} (largest difference {float((a.float() - b.float()).abs().max()):.2e})")  # fmt: skip
 
 
@@ -191,34 +207,41 @@ def main() -> None:
     p.add_argument("--data", type=Path, required=True, help="the carried files (made with --pack)")
     p.add_argument("--pack", type=Path, help="first copy them out of this ../shared/data, then stop")
     p.add_argument("--dry-run", action="store_true", help="cpu instead of cuda, less work: a test of the script")
-    p.add_argument("--embed-lines", type=int, default=2_000_000, help="lines embedded (the sentences repeated)")
+    p.add_argument("--embed-lines", type=int, default=2_000_000, help="lines embedded on cuda and cpu")
+    p.add_argument("--core-lines", type=int, default=8_000_000, help="lines for the every-core part")
     args = p.parse_args()
     if args.pack:
         return pack_data(args.pack, args.data)
     device = "cpu" if args.dry_run else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device here (--dry-run runs the check on the CPU)")
-    threads = len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0))
     print(machine_header())
     if device == "cuda":
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
-    n = 8192 if device == "cuda" else 1024
+    full = device == "cuda"  # else a dry run: every part, a little of each
+    n = 8192 if full else 256
     rates = {
         name: product_rate(device, dtype, n) for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
     }
     print(f"matrix products ({n}^3): fp32 {rates['fp32'] / 1e12:.1f} TFLOP/s, bf16 {rates['bf16'] / 1e12:.1f} TFLOP/s")
+    runs = [(BATCH, 100, 1500), (BATCH, 10, 400), (512, 100, 400), (1024, 100, 200)] if full else [(BATCH, 2, 4)]
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         folder = Path(tmp)
-        steps = {100: 1500, 10: 400} if device == "cuda" else {10: 30}
-        section(f"train.py, dim {DIM}, batch {BATCH}, synthetic shards, {device}:", train_rates, folder, device, steps,
-                rates["bf16"])  # fmt: skip
+        dim = DIM if full else 64
+        section(
+            f"train.py, dim {dim}, synthetic shards, {device}:", train_rates, folder, device, runs, rates["bf16"], dim
+        )
         lines = folder / "lines.txt"
         sentences = args.data.joinpath("lines.txt").read_text(encoding="utf-8").splitlines()
-        count = args.embed_lines if device == "cuda" else 50_000
+        count = args.embed_lines if full else 5_000
         lines.write_text("".join(sentences[i % len(sentences)] + "\n" for i in range(count)), encoding="utf-8")
-        section("paraphrastic-embed, the shipped English model:", embed_rates, folder, lines, device, threads)
-        section("a teacher's forward pass:", teacher_rate, device, 20_000 if device == "cuda" else 512)
-        section(f"{device} against cpu:", equality, folder, args.data, device)
+        section("paraphrastic-embed, the shipped English model:", embed_rates, folder, lines, device, cores)
+        section(f"every core, {cores} workers against 1:", every_core, args.data / "lines.txt",
+                args.core_lines if full else 4_000, cores)  # fmt: skip
+        section("a teacher's forward pass:", teacher_rate, device, 20_000 if full else 16)
+        checks = (300, None, "sts,stsb") if full else (24, 3000, "stsb")
+        section(f"{device} against cpu:", equality, folder, args.data, device, *checks)
 
 
 if __name__ == "__main__":

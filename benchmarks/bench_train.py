@@ -101,10 +101,10 @@ def matmul_rate(threads: int, dtype: torch.dtype = torch.float32) -> float:
     return 2 * train.MINE_CHUNK**2 * DIM * runs / (time.perf_counter() - start)
 
 
-def mining_bound(rate: float, m: int, bitext: bool) -> float:
+def mining_bound(rate: float, m: int, bitext: bool, batch: int = BATCH) -> float:
     """Pairs/s if training did nothing but exact mining's products at `rate` FLOP/s: n pairs cost the
     n x n cross product with bitext, the upper triangle of the 2n x 2n product otherwise."""
-    n = m * BATCH
+    n = m * batch
     flops = 2 * DIM * (n * n if bitext else 2 * n * n)
     return n / (flops / rate)
 

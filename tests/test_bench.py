@@ -1,6 +1,11 @@
-"""The benchmark suite's table and README formatting (no comparison systems needed)."""
+"""The benchmark suite's table and README formatting (no comparison systems needed), and the device check's dry
+run."""
+
+import subprocess
+import sys
 
 import pytest
+from conftest import ROOT, need
 
 run = pytest.importorskip("run")
 
@@ -21,3 +26,16 @@ def test_replace_between_markers_keeps_the_rest():
     assert out == "top\n<!-- bench:start -->\nnew\n<!-- bench:end -->\nbottom\n"
     with pytest.raises(SystemExit):
         run.replace_between("no markers", "new")
+
+
+def test_the_device_check_runs_whole_on_the_cpu(shared_data, tmp_path):
+    """bench_gpu.py --dry-run: every part of the one call on a lent GPU machine, small and on the CPU, so that its
+    few minutes never meet a broken script; every figure it prints is there, and no part failed."""
+    need("transformers")  # the teacher's part
+    script, data = ROOT / "benchmarks" / "bench_gpu.py", tmp_path / "data"
+    subprocess.run([sys.executable, script, "--data", data, "--pack", shared_data], check=True)
+    done = subprocess.run([sys.executable, script, "--data", data, "--dry-run"], capture_output=True, text=True)
+    assert done.returncode == 0 and "FAILED" not in done.stdout, done.stdout + done.stderr[-2000:]
+    figures = ["matrix products", "batch  128, M =   2 bitext", "sentences/s end to end", "| 2 | ", "start-up:",
+               "cpu bf16", "table equal to cpu's: True", "equal to the straight run bit for bit: True"]  # fmt: skip
+    assert all(figure in done.stdout for figure in figures), done.stdout

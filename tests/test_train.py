@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import ROOT, generated_sentences, sp_model
 
-from paraphrastic import models, run_setup, shards, static, train
+from paraphrastic import cuda_step, models, run_setup, shards, static, train
 from paraphrastic.pairs import PairData, PairSampler, ShardSet, shard_paths, tokenize_pairs
 
 
@@ -497,20 +497,28 @@ def test_pairs_that_share_sentences_warn_against_large_mega_batches(sp_file, tmp
 # ----------------------------------------------------------------------------- the GPU's step, run on the CPU
 
 
-def test_unique_rows_of_fixed_size_match_torch_unique():
-    ids = torch.tensor([7, 3, 7, 9, 3, 3, 0, 12])
-    rows, local = train.unique_rows(ids, spare=20)
-    want_rows, want_local = torch.unique(ids, return_inverse=True)
-    assert len(rows) == len(ids) and torch.equal(rows[: len(want_rows)], want_rows)
-    assert (rows[len(want_rows) :] == 20).all() and torch.equal(local, want_local)
-    assert torch.equal(rows[local], ids)
+def test_distinct_rows_in_fixed_slots_match_torch_unique_and_leave_the_padding_out():
+    ids = torch.tensor([7, 3, 7, 9, 3, 3, 0, 12, 20, 20])  # the last two: padding of the spare row, 20
+    distinct = cuda_step.distinct_rows(ids, spare=20, size=8, real=torch.tensor(8))
+    want_rows, want_local = torch.unique(ids[:8], return_inverse=True)
+    assert torch.equal(distinct.rows[:5], want_rows) and (distinct.rows[5:] == 20).all()
+    assert torch.equal(distinct.local[:8], want_local) and torch.equal(distinct.rows[distinct.local], ids)
+    runs = [distinct.order[a:b].tolist() for a, b in zip(distinct.starts[:-1], distinct.starts[1:], strict=True)]
+    assert runs == [[6], [1, 4, 5], [0, 2], [3], [7], [], [], []]  # the padding's slot is empty: it adds nothing
 
 
-def test_segment_mean_is_embedding_bags_mean():
-    table = torch.randn(30, 8, dtype=torch.float64, requires_grad=True)
-    ids, offsets = torch.tensor([1, 5, 5, 2, 29, 0, 3]), torch.tensor([0, 3, 4, 4])  # an empty bag scores 0
-    got = train.segment_mean(table, ids, offsets)
-    want = models.mean_pool(table, ids, offsets)
+def test_slots_hold_every_count_with_at_most_an_eighth_of_filler_in_few_shapes():
+    sizes = [cuda_step.slots(n) for n in range(1, 70_000)]
+    assert all(n <= size <= max(n * 9 // 8, n + 1) for n, size in enumerate(sizes, 1))
+    assert len(set(sizes[4096:8192])) <= 9  # eight shapes an octave
+
+
+def test_segment_mean_is_embedding_bags_mean_with_the_same_gradient():
+    table = torch.randn(31, 8, dtype=torch.float64, requires_grad=True)  # row 30: the spare
+    ids, offsets = torch.tensor([1, 5, 5, 2, 29, 0, 3, 30, 30]), torch.tensor([0, 3, 4, 4])  # an empty bag scores 0
+    distinct = cuda_step.distinct_rows(ids, spare=30, size=9, real=torch.tensor(7))  # two ids of padding, unread
+    got = cuda_step.segment_mean(table.index_select(0, distinct.rows), distinct, torch.tensor([0, 3, 4, 4, 7]))
+    want = models.mean_pool(table, ids[:7], offsets)
     torch.testing.assert_close(got, want)
     (g1,) = torch.autograd.grad(got.sum(), table)
     (g2,) = torch.autograd.grad(want.sum(), table)
@@ -574,9 +582,9 @@ def test_a_non_finite_update_is_masked_on_the_device(pairs_file, sp_file, tmp_pa
 
 
 def test_many_copies_of_one_pair_mine_in_bounded_memory():
-    """12,800 copies of one pair in a mega-batch: listing their forbidden pairs would take 25,600^2 entries; by
+    """4,096 copies of one pair in a mega-batch: listing their forbidden pairs would take 8,192^2 entries; by
     group they are compared block by block, and nothing can be a negative."""
-    n = 12_800
+    n = 4_096
     ids, offsets = torch.tensor([5, 6, 7] * (2 * n)), torch.arange(0, 6 * n, 3)
     groups = train.sentence_groups(ids, offsets)
     assert int(groups.max()) == 0

@@ -1,0 +1,69 @@
+"""The GPU's training step, run on this CPU: pairs/s, and the slots an update works on.
+
+    python benchmarks/bench_step.py [--steps 60] [--megabatch 10]
+
+train.py's step that never waits on the device (fixed shapes, what a CUDA graph records; train.SYNC_FREE_ON_CPU),
+run on the CPU at dim 1024, 50,000 pieces, batch 128, bitext pool, on a synthetic shard. A CPU's pairs/s is no GPU's:
+it counts the work a step does (rows gathered, pooled and updated), which the GPU's step time follows too. Run it
+on two commits to compare them. Where the step sizes its slots per mini-batch, it also prints how full they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from bench_train import BATCH, DIM, word_sentencepiece, write_synthetic_shard
+from common import machine_header
+
+from paraphrastic import cuda_step, train
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=60, help="updates (the first mega-batch's are left out)")
+    p.add_argument("--megabatch", type=int, default=10, help="M, mini-batches a mega-batch")
+    args = p.parse_args()
+    print(machine_header())
+    train.SYNC_FREE_ON_CPU = True
+    filled, before = [], []  # (real ids, id slots, distinct rows, row slots) of each full mini-batch; slots before
+    counts = getattr(cuda_step.GraphedSteps, "counts", None)
+    if counts is not None:
+
+        def counted(self, mb):
+            found = counts(self, mb)
+            filled.extend((i, cuda_step.slots(i), r, cuda_step.slots(r + 1)) for i, r in zip(*found, strict=True))
+            power = 1 << (max(found[0]) - 1).bit_length()  # the rule before: one power of two a mega-batch, for both
+            before.extend([power] * len(found[0]))
+            return found
+
+        cuda_step.GraphedSteps.counts = counted
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        sp = word_sentencepiece(tmp)
+        (tmp / "sp.model").write_bytes(sp)
+        write_synthetic_shard(tmp / "pairs.h5", BATCH * (3 * args.megabatch + args.steps), sp)
+        out = tmp / "run"
+        train.main(["--train-shards", str(tmp / "pairs.h5"), "--sp-model", str(tmp / "sp.model"), "--output-dir",
+                    str(out), "--dim", str(DIM), "--batch-size", str(BATCH), "--megabatch-size", str(args.megabatch),
+                    "--megabatch-anneal", "0", "--max-steps", str(args.steps), "--log-every", str(args.megabatch),
+                    "--mode", "bitext", "--device", "cpu", "--quiet", "--threads", str(torch.get_num_threads())])  # fmt: skip
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["pairs_per_s"] for r in records if r["event"] == "train"][1:]
+    print(f"the GPU's step on this CPU, dim {DIM}, batch {BATCH}, M = {args.megabatch}, bitext: "
+          f"{sum(rates) / len(rates):,.0f} pairs/s (mean of {len(rates)} log windows after the first)")  # fmt: skip
+    if filled:
+        ids, id_slots, rows, row_slots = (sum(column) for column in zip(*filled, strict=True))
+        print(f"slots of {len(filled)} mini-batches: {ids / len(filled):,.0f} ids in {id_slots / len(filled):,.0f} "
+              f"({ids / id_slots:.1%} real), {rows / len(filled):,.0f} distinct rows in {row_slots / len(filled):,.0f} "
+              f"({rows / row_slots:.1%} real); one power of two a mega-batch, the rule before, gave both "
+              f"{sum(before) / len(before):,.0f} slots")  # fmt: skip
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
