@@ -237,11 +237,11 @@ def main() -> None:
         count = args.embed_lines if full else 5_000
         lines.write_text("".join(sentences[i % len(sentences)] + "\n" for i in range(count)), encoding="utf-8")
         section("paraphrastic-embed, the shipped English model:", embed_rates, folder, lines, device, cores)
-        section(f"every core, {cores} workers against 1:", every_core, args.data / "lines.txt",
-                args.core_lines if full else 4_000, cores)  # fmt: skip
         section("a teacher's forward pass:", teacher_rate, device, 20_000 if full else 16)
         checks = (300, None, "sts,stsb") if full else (24, 3000, "stsb")
         section(f"{device} against cpu:", equality, folder, args.data, device, *checks)
+        section(f"every core, {cores} workers against 1 (last: the longest part):", every_core, args.data / "lines.txt",
+                args.core_lines if full else 4_000, cores)  # fmt: skip
 
 
 if __name__ == "__main__":
