@@ -38,6 +38,7 @@ from paraphrastic.fileio import (
     decode_raw,
     device_name,
     file_digest,
+    flushing,
     invalid_utf8_note,
     open_input,
     progress,
@@ -157,7 +158,8 @@ def npy_output(output_file: str | os.PathLike) -> Iterator[Path]:
     for a device or pipe (/dev/null, /dev/stdout, <(...)) a scratch file copied through to it at the end."""
     with atomic_path(output_file) as target:
         if target.is_file():
-            yield target
+            with flushing(target):
+                yield target
             return
         with tempfile.TemporaryDirectory(prefix="paraphrastic-embed.") as scratch:
             yield Path(scratch) / "rows.npy"

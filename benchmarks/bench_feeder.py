@@ -5,7 +5,8 @@
 
 The commands run as `python -m paraphrastic.embed_sentences` (so PYTHONPATH picks the code measured); the parent's
 own user and system time is read from /proc every 20 ms until it exits (its workers' time is theirs), in all and from
-the moment its workers start (the feeding, start-up aside).
+the moment its workers start (the feeding, start-up aside). Then the end: the seconds from the workers' exit to the
+command's (publishing the output: its fsync and rename).
 """
 
 from __future__ import annotations
@@ -22,21 +23,24 @@ from common import ROOT, children, english_sentences, machine_header
 from paraphrastic.workers import process_cpu
 
 
-def parent_share(cmd: list[str]) -> tuple[float, float, float, float]:
+def parent_share(cmd: list[str]) -> tuple[float, float, float, float, float]:
     """(wall seconds, the parent process's own CPU seconds; both again from its workers' start, when the start-up
-    (imports, the model) is over and the feeding begins) of a command that must succeed."""
+    (imports, the model) is over and the feeding begins; the seconds from the workers' exit to the command's) of a
+    command that must succeed."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    cpu, forked = 0.0, None
+    cpu, forked, gone = 0.0, None, None
     while proc.poll() is None:
         cpu = process_cpu(proc.pid) or cpu
-        if forked is None and children(proc.pid):
+        working = bool(children(proc.pid))
+        if forked is None and working:
             forked = (time.perf_counter(), cpu)
+        gone = None if working else gone or time.perf_counter()
         time.sleep(0.02)
     if proc.returncode != 0 or forked is None:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr.read()[-2000:]}")
     end = time.perf_counter()
-    return end - start, cpu, end - forked[0], cpu - forked[1]
+    return end - start, cpu, end - forked[0], cpu - forked[1], end - (gone or end)
 
 
 def main() -> None:
@@ -57,12 +61,12 @@ def main() -> None:
                       f"{tmp}/s.tsv"],
         }  # fmt: skip
         for name, cmd in runs.items():
-            wall, cpu, feeding, fed = parent_share(
+            wall, cpu, feeding, fed, ending = parent_share(
                 [sys.executable, "-m", *cmd, "--threads", str(args.threads), "--quiet"]
             )
             print(f"{name}, {args.lines:,} lines, --threads {args.threads}: {wall:.1f} s, the parent {cpu:.2f} s of CPU; "
                   f"from the workers' start: {feeding:.1f} s, the parent {fed:.2f} s of CPU ({fed / feeding:.1%} of a "
-                  "core)", flush=True)  # fmt: skip
+                  f"core); from the workers' exit to the command's: {ending:.2f} s", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

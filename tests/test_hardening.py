@@ -912,3 +912,21 @@ def test_a_full_disk_in_a_scratch_folder_names_it(small_disk, tmp_path):
     line = assert_one_line_error(done, f"{folder}/.shuffle.")
     assert any(reason in line for reason in FULL), line
     assert sorted(p.name for p in folder.iterdir() if p.name != "filler") == []
+
+
+def test_a_large_output_goes_to_disk_while_it_is_written_not_all_at_its_fsync(tmp_path, monkeypatch):
+    """fileio.flushing: pages of the file written in the block are synced every so often by a thread, which is gone
+    when the block ends (embed's .npy output, written by its workers through a memory map, is written in one)."""
+    synced, real = [], os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(os.fstat(fd).st_size) or real(fd))
+    path = tmp_path / "rows.bin"
+    path.write_bytes(b"")
+    with fileio.flushing(path, every=0.02):
+        with open(path, "ab") as f:
+            for _ in range(20):
+                f.write(b"x" * 4096)
+                f.flush()
+                time.sleep(0.01)
+        time.sleep(0.1)
+    assert synced and max(synced) == 20 * 4096  # synced while the block ran, up to what it wrote
+    assert not [t for t in threading.enumerate() if t.name == "flushing"]
