@@ -60,20 +60,24 @@ def anon_kib(pid: int) -> int:
     return total
 
 
-def timed(cmd: list[str], sample: float | None = None) -> tuple[float, int]:
-    """(wall seconds, peak anonymous KiB of the process tree, read every `sample` seconds, else 0) of a command
-    that must succeed (the throughput runs read no memory: the reading would take a core's share)."""
+def timed(cmd: list[str], sample: float | None = None) -> tuple[float, int, tuple[float, float] | None]:
+    """(wall seconds, peak anonymous KiB of the process tree, read every `sample` seconds, else 0, and when it
+    started worker processes the seconds before the first and after the last was gone) of a command that must
+    succeed (the throughput runs read no memory: the reading would take a core's share)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = 0
+    peak, first, gone = 0, None, None
     while proc.poll() is None:
         if sample:
             peak = max(peak, anon_kib(proc.pid))
+        working = bool(children(proc.pid))
+        first = first or (time.perf_counter() if working else None)
+        gone = None if working else gone or time.perf_counter()
         time.sleep(sample or 0.01)
-    seconds = time.perf_counter() - start
+    end = time.perf_counter()
     if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr.read()[-2000:]}")
-    return seconds, peak
+    return end - start, peak, (first - start, end - (gone or end)) if first else None
 
 
 def sentencepiece_alone(lines: list[str], threads: int = 1) -> float:
@@ -98,16 +102,17 @@ print(len(lines) / (time.perf_counter() - start))
 """
 
 
-def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple[float, float, float]:
-    """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s) with `n` workers."""
-    embed_s, _ = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
-                        str(tmp / "out.npy"), "--threads", str(n), "--quiet"])  # fmt: skip
+def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
+    """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s, embed's seconds before its workers
+    started and after they ended, or None with one worker) with `n` workers."""
+    embed_s, _, parts = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
+                               str(tmp / "out.npy"), "--threads", str(n), "--quiet"])  # fmt: skip
     score_s = float("nan") if args.skip_score else timed(
         [str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
          str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])[0]  # fmt: skip
     done = subprocess.run([sys.executable, "-c", ENCODE, str(text), str(args.encode), str(n)],
                           capture_output=True, text=True, check=True)  # fmt: skip
-    return args.lines / embed_s, args.lines / score_s, float(done.stdout.split()[-1])
+    return args.lines / embed_s, args.lines / score_s, float(done.stdout.split()[-1]), parts
 
 
 def startup(tmp: Path, count: int = 5) -> str:
@@ -161,6 +166,17 @@ def main() -> None:
             limit = n * single
             print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} "
                   f"| {rates[0] / limit:.0%} | {ups} |", flush=True)  # fmt: skip
+        print("\nembed's run in parts (medians, seconds): before its workers start (start-up, planning the input), "
+              "with them, after they end (publishing the output)\n\n| workers | before | with workers | after |\n"
+              "|---|---|---|---|")  # fmt: skip
+        for n in counts:
+            parts = [r[n][3] for r in rounds if r[n][3]]
+            if parts:
+                before, after = (statistics.median(part[k] for part in parts) for k in range(2))
+                working = statistics.median(args.lines / r[n][0] for r in rounds) - before - after
+                print(f"| {n} | {before:.2f} | {working:.2f} | {after:.2f} |")
+            else:
+                print(f"| {n} | (one process: no workers) | | |")
         print(f"\nstart-up: {startup(tmp, args.startup_runs)}")
         sizes = [int(size) for size in args.memory.split(",") if size]
         if sizes:
@@ -168,7 +184,7 @@ def main() -> None:
                   "pages aside):")  # fmt: skip
         for size in sizes:
             write_lines(text, size, args.text)
-            seconds, peak = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
+            seconds, peak, _ = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
                                    str(tmp / "out.npy"), "--threads", str(args.cores), "--quiet"], sample=0.05)  # fmt: skip
             rows = np.load(tmp / "out.npy", mmap_mode="r").shape[0]
             print(f"  {size:>10,} lines: {peak / 1024:,.0f} MiB anonymous, {seconds:.1f} s, {rows:,} rows written "
