@@ -26,17 +26,8 @@ import torch
 from tqdm import tqdm
 
 from paraphrastic import knn, mine_bitext
-from paraphrastic.fileio import (
-    Error,
-    InputError,
-    at_least,
-    cli_parser,
-    count_lines,
-    install_hint,
-    open_input,
-    read_lines,
-    run_cli,
-)
+from paraphrastic.cli import at_least, cli_parser, run_cli
+from paraphrastic.fileio import Error, InputError, count_lines, install_hint, open_input, read_lines
 from paraphrastic.models import Model, load_model
 from paraphrastic.static import ENGLISH_ONLY, SHIPPED, english_only
 from paraphrastic.workers import use_threads

@@ -26,17 +26,15 @@ from pathlib import Path
 import numpy as np
 
 from paraphrastic import load_encoder, ray_engine
+from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
 from paraphrastic.fileio import (
     InputError,
-    at_least,
     atomic_output,
     atomic_path,
     block_bytes,
     check_room,
-    cli_parser,
     count_lines,
     decode_raw,
-    device_name,
     file_digest,
     flushing,
     invalid_utf8_note,
@@ -45,7 +43,6 @@ from paraphrastic.fileio import (
     refuse_same_file,
     remove_stale_temps,
     reserve_space,
-    run_cli,
     worker_blocks,
     write_npy_rows,
 )

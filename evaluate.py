@@ -31,20 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
 
-from paraphrastic import knn, models, static, workers
-from paraphrastic.fileio import (
-    InputError,
-    at_least,
-    atomic_output,
-    cli_parser,
-    default_data_dir,
-    device_name,
-    read_lines,
-    refuse_same_file,
-    run_cli,
-)
+from paraphrastic import knn, static, workers
+from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
+from paraphrastic.fileio import InputError, atomic_output, default_data_dir, read_lines, refuse_same_file
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_DATA = default_data_dir()
@@ -318,6 +308,8 @@ def pair_cosines(model, sets: dict[str, Pairs], batch_size: int | None = None) -
 
 def correlations(pred: np.ndarray, gold: np.ndarray) -> dict:
     """Pearson r and Spearman rho x 100 and the pair count; NaN where undefined (constant or < 2 pairs)."""
+    from scipy.stats import pearsonr, spearmanr  # here: its import takes most of a second, and --help needs none
+
     if len(gold) < 2:
         return {"pearson": math.nan, "spearman": math.nan, "n": len(gold)}
     with warnings.catch_warnings():
@@ -584,7 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     langs = chosen_langs(args.data_dir, args.langs)
     refuse_same_file(args.json, static.model_path(args.load_file), args.sp_model, args.data_dir)
     workers.use_threads(args.threads)
-    model = models.load_model(args.load_file, args.sp_model, args.device)
+    from paraphrastic.models import load_model  # here: --help and argument errors come before torch
+
+    model = load_model(args.load_file, args.sp_model, args.device)
     start = time.perf_counter()
     results = evaluate(model, args.data_dir, args.tasks, langs, args.batch_size, args.require_all)
     seconds = time.perf_counter() - start

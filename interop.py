@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from paraphrastic.fileio import atomic_output, cli_parser, install_hint, run_cli
+from paraphrastic.cli import cli_parser, run_cli
+from paraphrastic.fileio import atomic_output, install_hint
 from paraphrastic.models import CHECKED, SP_FILE, ModelError, SPModel, Tokenizer, load_model
 from paraphrastic.static import StaticModel
 

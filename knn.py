@@ -1,5 +1,6 @@
 """Nearest neighbours by cosine: exact in torch, or with a faiss index (exact, or IVF for large sets) where
-faiss is installed (the `mine` extra). Shared by evaluate.py's Tatoeba retrieval and mine_bitext.py."""
+faiss is installed (the `mine` extra). Shared by evaluate.py's Tatoeba retrieval and mine_bitext.py. torch is
+imported by the functions that search, so that the commands above start (and answer --help) without it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import importlib.util
 import math
 
 import numpy as np
-import torch
 
 FAISS_HINT = 'pip install faiss-cpu (or: pip install "paraphrastic[mine]")'
 
@@ -26,12 +26,16 @@ def set_faiss_threads(threads: int) -> None:
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero), as contiguous float32."""
+    import torch
+
     t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     return torch.nn.functional.normalize(t, dim=1).numpy()
 
 
 def exact_topk(keys: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k largest inner products of each query against all keys and their rows, in torch."""
+    import torch
+
     sims, ids = torch.topk(torch.from_numpy(queries) @ torch.from_numpy(keys).T, k, dim=1)
     return sims.numpy(), ids.numpy()
 
@@ -56,6 +60,8 @@ def nearest_both_ways(
     Exact: one chunked pass of a @ b.T serves both directions; with faiss installed, sets of `faiss_from`
     rows or more use an exact faiss index instead.
     """
+    import torch
+
     a, b = unit_rows(a), unit_rows(b)
     if max(len(a), len(b)) >= faiss_from and have_faiss():
         return tuple(faiss_nearest(keys, queries) for keys, queries in ((b, a), (a, b)))

@@ -36,21 +36,17 @@ import numpy as np
 from tqdm import tqdm
 
 from paraphrastic import knn, language
+from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
 from paraphrastic.embed_sentences import embed_file
 from paraphrastic.fileio import (
     InputError,
-    at_least,
     atomic_output,
-    cli_parser,
-    device_name,
     iter_line_chunks,
     open_input,
     refuse_same_file,
-    run_cli,
     scratch_folder,
 )
 from paraphrastic.language import foreign_warning
-from paraphrastic.models import load_model
 from paraphrastic.static import english_only, model_path
 from paraphrastic.workers import use_threads
 
@@ -434,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in files:
         open_input(path)
     refuse_same_file(args.output_file, *files, model_path(args.load_file), args.sp_model)
+    from paraphrastic.models import load_model  # here: --help and argument errors come before torch
+
     model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
     if english_only(args.load_file):  # a side in German or French mines poor pairs without a word: say so
         for path in files:

@@ -32,13 +32,13 @@ import numpy as np
 from tqdm import tqdm
 
 from paraphrastic import commit, load_encoder
+from paraphrastic.cli import Terminated
 from paraphrastic.fileio import (
     JOB_BYTES,
     SHOWN,
     Error,
     InputError,
     ModelError,
-    Terminated,
     bad_pairs_note,
     decode_raw,
     file_digest,

@@ -14,22 +14,19 @@ import sys
 from pathlib import Path
 
 from paraphrastic import load_encoder, ray_engine
+from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
 from paraphrastic.fileio import (
     SHOWN,
-    at_least,
     atomic_output,
     bad_pairs_note,
     block_bytes,
-    cli_parser,
     decode_raw,
-    device_name,
     invalid_utf8_note,
     open_input,
     parse_pair_lines,
     progress,
     refuse_same_file,
     remove_stale_temps,
-    run_cli,
     worker_blocks,
 )
 from paraphrastic.language import foreign_warning

@@ -29,17 +29,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from paraphrastic.fileio import (
-    InputError,
-    atomic_path,
-    cli_parser,
-    device_name,
-    install_hint,
-    iter_line_chunks,
-    open_input,
-    read_lines,
-    run_cli,
-)
+from paraphrastic.cli import cli_parser, device_name, run_cli
+from paraphrastic.fileio import InputError, atomic_path, install_hint, iter_line_chunks, open_input, read_lines
 from paraphrastic.models import ModelError, SPModel, Tokenizer, native_bf16
 from paraphrastic.static import flatten, unit_rows
 

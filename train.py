@@ -40,18 +40,12 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from paraphrastic import distributed, evaluate
+from paraphrastic.cli import run_cli
 from paraphrastic.cuda_step import GraphedSteps, distinct_rows, minibatch_sentences, segment_mean
 from paraphrastic.distill import DistillStream, contrastive_loss, distill_loss, relational_loss
 from paraphrastic.distributed import ALONE, Ranks
 from paraphrastic.encoders import bag_owners
-from paraphrastic.fileio import (
-    Error,
-    InputError,
-    atomic_output,
-    lock_folder,
-    reporting_full_disk,
-    run_cli,
-)
+from paraphrastic.fileio import Error, InputError, atomic_output, lock_folder, reporting_full_disk
 from paraphrastic.models import Bags, Model, native_bf16, resolve_device
 from paraphrastic.optim import LazyAdam, all_finite, clip_gradient
 from paraphrastic.pairs import PairData, PairSampler

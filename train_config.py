@@ -8,8 +8,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from paraphrastic import distributed, evaluate
+from paraphrastic.cli import at_least, cli_parser, device_name
 from paraphrastic.distributed import ALONE, Ranks
-from paraphrastic.fileio import at_least, cli_parser, device_name, open_input, refuse_same_file
+from paraphrastic.fileio import open_input, refuse_same_file
 from paraphrastic.models import Model
 from paraphrastic.pairs import shard_paths
 from paraphrastic.static import model_path

@@ -9,7 +9,8 @@ N x (sentencepiece alone on one thread, same lines), the fraction of it reached,
 each the median of --repeats rounds. Then the start-up (the whole command on the 10-line example) and the peak
 anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of
 `paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of ../shared/data,
-repeated to the size asked (or --text's lines, on a machine without ../shared/data).
+repeated to the size asked (or --text's lines, on a machine without ../shared/data). --startup-only prints the
+start-up alone, and each console command's --help beside it.
 """
 
 from __future__ import annotations
@@ -115,6 +116,10 @@ def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     return args.lines / embed_s, args.lines / score_s, float(done.stdout.split()[-1]), parts
 
 
+COMMANDS = ["paraphrastic-embed", "paraphrastic-score", "paraphrastic-mine", "paraphrastic-evaluate",
+            "paraphrastic-train", "paraphrastic-export", "paraphrastic-demo"]  # fmt: skip
+
+
 def startup(tmp: Path, count: int = 5) -> str:
     """The whole-command wall time of `paraphrastic-embed` on the 10-line example, median of `count` runs."""
     example = ROOT / "data" / "example-sentences.txt"
@@ -133,12 +138,15 @@ def main() -> None:
     p.add_argument("--skip-score", action="store_true", help="leave out paraphrastic-score (a shorter run)")
     p.add_argument("--counts", help="worker counts to run, comma-separated (default 1, 2, 4, ... up to --cores)")
     p.add_argument("--repeats", type=int, default=3, help="rounds of all worker counts; medians are printed")
-    p.add_argument("--startup-only", action="store_true", help="print the start-up figure alone")
+    p.add_argument("--startup-only", action="store_true", help="print the start-up figures alone")
     p.add_argument("--startup-runs", type=int, default=5, help="runs of the start-up figure (its median)")
     args = p.parse_args()
     if args.startup_only:
         with tempfile.TemporaryDirectory() as tmp:
             print(f"{machine_header()}\nstart-up: {startup(Path(tmp), args.startup_runs)}")
+        for command in COMMANDS:
+            runs = [timed([str(BIN / command), "--help"])[0] for _ in range(args.startup_runs)]
+            print(f"  {command} --help, median of {args.startup_runs}: {statistics.median(runs):.2f} s")
         return
     print(machine_header())
     print(f"cpu: {models.cpu_name()}, {args.cores} cores used")

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from paraphrastic.fileio import InputError, atomic_output, run_cli
+from paraphrastic.cli import run_cli
+from paraphrastic.fileio import InputError, atomic_output
 from paraphrastic.preprocess.steps import load_lid
 
 # ParaNMT-50M as released by its authors (Wieting & Gimpel 2018; the link of the paper's repository).

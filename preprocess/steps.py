@@ -28,13 +28,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from paraphrastic.cli import run_cli
 from paraphrastic.fileio import (
     InputError,
     atomic_output,
     count_lines,
     iter_line_chunks,
     open_binary,
-    run_cli,
     scratch_folder,
     split_pair,
 )

@@ -53,7 +53,7 @@ def test_device_names_are_read_in_any_case(tmp_path):
 
 
 POOL_UNDER_RUN_CLI = """import multiprocessing, sys
-from paraphrastic.fileio import run_cli
+from paraphrastic.cli import run_cli
 
 def square(x):
     return x * x
@@ -77,7 +77,7 @@ def test_a_forked_pool_under_run_cli_ends_its_workers_as_sigterm_always_did():
 
 FORK_UNDER_RUN_CLI = """import os, signal, sys
 os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGTERM))  # lands as the child starts
-from paraphrastic.fileio import run_cli
+from paraphrastic.cli import run_cli
 
 @run_cli
 def main(argv=None):

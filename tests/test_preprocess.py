@@ -332,7 +332,7 @@ def test_garbage_evaluation_archives_are_one_line_errors(tmp_path, capsys):
 
 
 def fileio_main(main, argv) -> int:
-    from paraphrastic.fileio import run_cli
+    from paraphrastic.cli import run_cli
 
     return run_cli(main)(argv)
 
