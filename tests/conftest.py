@@ -119,6 +119,9 @@ def sp_model(sp_bytes: bytes, dim: int = 4) -> models.SPModel:
     return models.SPModel(tokenizer, torch.zeros(len(tokenizer), dim))
 
 
+EVERY_EXTRA = "test,preprocess,interop,teacher,multilingual,mine,demo,ray"  # what .ci/run installs
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """One line saying why tests were skipped (an extra not installed, the real data absent), with counts, so
     that a skip is never silent."""
@@ -130,4 +133,4 @@ def pytest_terminal_summary(terminalreporter) -> None:
         reasons[key] = reasons.get(key, 0) + 1
     if reasons:
         listed = "; ".join(f"{why} ({n})" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
-        terminalreporter.write_line(f'skipped: {listed} (the extras: pip install -e ".[test,interop,mine,demo,ray]")')
+        terminalreporter.write_line(f'skipped: {listed} (every extra: pip install -e ".[{EVERY_EXTRA}]")')

@@ -2,13 +2,14 @@
 
 import gzip
 import itertools
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, shared_data_or_skip
+from conftest import EVERY_EXTRA, ROOT, shared_data_or_skip
 
 from paraphrastic import demo, embed_sentences, fileio, language, models, score_sentence_pairs, train, workers
 
@@ -143,3 +144,9 @@ def test_train_quiet_shows_no_bar(tmp_path, capsys):
     assert train.main(args) == 0 and "step/s" in capsys.readouterr().err  # the bar, by default
     assert train.main([*args[:3], str(tmp_path / "q"), *args[4:], "--quiet"]) == 0
     assert "step/s" not in capsys.readouterr().err
+
+
+def test_the_skip_summary_names_the_extras_ci_installs():
+    """The last line of a run with skips names the install that makes them run: the one .ci/run makes."""
+    installed = re.search(r'pip install -q -e "\.\[([\w,]+)\]"', (ROOT / ".ci" / "run").read_text())
+    assert installed and installed.group(1) == EVERY_EXTRA
