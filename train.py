@@ -459,8 +459,10 @@ class Trainer:
         if self.dense_optimizer:
             self.dense_optimizer.zero_grad()
         if self.sync_free and self.model.poolings == ["mean"]:
-            bounds = torch.cat([bags.offsets, bags.offsets.new_tensor([len(ids)])])
-            vectors = segment_mean(sub, distinct, bounds, self.config.dropout)
+            offsets = parts[0][1]  # one part: its bags' starts, then the end of its ids
+            vectors = segment_mean(
+                sub, distinct, torch.cat([offsets, offsets.new_tensor([len(ids)])]), self.config.dropout
+            )
         else:
             vectors = self.model.pool_parts(sub, local_parts, self.config.dropout)
         loss = self.margin(vectors[:pooled], valid)
