@@ -124,7 +124,8 @@ def embed_file(
     """Embed lines [start, stop) of `sentence_file` (all by default) into the .npy `output_file`, streamed and
     written atomically, by `workers` processes (default: `workers.threads()`) that write their rows into the
     memory-mapped output; returns stats (`rows`, `invalid_utf8_lines`)."""
-    blocks, n = worker_blocks(sentence_file, chunk_lines, start, stop)
+    workers = workers or threads()
+    blocks, n = worker_blocks(sentence_file, chunk_lines, start, stop, workers)
     stats: dict = {"rows": n, "invalid_utf8_lines": 0}
     check_room(output_file, n * model.dim * np.dtype(dtype).itemsize)
     with npy_output(output_file) as tmp:
@@ -134,7 +135,7 @@ def embed_file(
         jobs = (
             (Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start) for first, blob in blocks
         )
-        row, workers = 0, workers or threads()
+        row = 0
         use_torch_for(-(-n // workers))  # before the fork: imported once for every worker
         with Workers(model, workers) as pool, progress(n, " sent", quiet) as bar:
             for rows, job_stats, tokens in pool.map(embed_job, jobs):

@@ -71,9 +71,16 @@ def test_a_long_text_is_tokenized_in_pieces_with_the_same_ids(model, monkeypatch
     ]
 
 
+@pytest.fixture(scope="module")
+def hostile_files(tmp_path_factory) -> dict:
+    """Each hostile model file of tests/hostile.py, built once for both readers (4 s)."""
+    folder = tmp_path_factory.mktemp("hostile")
+    return {name: build(folder / f"{i}.pt") for i, (name, build) in enumerate(HOSTILE.items())}
+
+
 @pytest.mark.parametrize("reader", ["static", "torch"])
-def test_hostile_model_files_give_one_error_line_within_a_memory_budget(tmp_path, reader):
-    files = {name: build(tmp_path / f"{i}.pt") for i, (name, build) in enumerate(HOSTILE.items())}
+def test_hostile_model_files_give_one_error_line_within_a_memory_budget(hostile_files, reader):
+    files = hostile_files
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", reader_script(reader, files)], capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -103,3 +110,45 @@ def test_the_workers_plan_reads_the_blocks_iter_line_blocks_reads(tmp_path):
         data = path.read_bytes()
         assert [(first, data[at : at + size]) for first, at, size, _ in plan] == read
         assert [n for *_, n in plan] == [blob.count(b"\n") + (not blob.endswith(b"\n")) for _, blob in read]
+
+
+def test_a_plan_in_parts_covers_the_same_lines_and_names_the_same_long_line(tmp_path, monkeypatch):
+    """line_plan's threads each plan a part of the bytes cut at a line start: the blocks differ from one thread's at
+    the cuts alone, so they hold the same lines in order, each within the budgets, numbered as one thread numbers
+    them; and a line over the limit is named by its number in the file, whichever part holds it."""
+    monkeypatch.setattr(fileio, "SPAN_BYTES", 1)  # every file is cut, however small
+    monkeypatch.setenv(fileio.LINE_LIMIT_ENV, "5000")
+    rng, differ = np.random.default_rng(1), 0
+    for trial in range(80):
+        sizes = rng.choice([0, 1, 5, 50, 300, 2000, 4999], size=rng.integers(0, 60))
+        text = "\n".join("x" * int(n) for n in sizes) + ("\n" if rng.random() < 0.7 else "")
+        path = tmp_path / f"{trial}.txt"
+        path.write_text(text)
+        lines, budget, threads = (
+            int(rng.choice([1, 2, 7, 100])),
+            int(rng.choice([1, 100, 4096])),
+            int(rng.integers(2, 9)),
+        )
+        total = fileio.count_lines(path)
+        start = int(rng.integers(0, total + 1))
+        stop = None if rng.random() < 0.5 else int(rng.integers(start, total + 1))
+        one = fileio.line_plan(path, lines, start, stop, chunk_bytes=budget)
+        plan = fileio.line_plan(path, lines, start, stop, chunk_bytes=budget, threads=threads)
+        data = path.read_bytes()
+        blocks = [data[at : at + size] for _, at, size, _ in plan]
+        assert b"".join(blocks) == b"".join(data[at : at + size] for _, at, size, _ in one)
+        assert sum(n for *_, n in plan) == (total if stop is None else stop) - start
+        assert [first for first, *_ in plan] == [start + 1 + sum(n for *_, n in plan[:i]) for i in range(len(plan))]
+        assert all(n <= lines and (size <= budget or n == 1) for _, _, size, n in plan)
+        with path.open("rb") as f:
+            cuts = fileio.line_starts(f, 0, len(data), threads)
+        assert cuts[0] == 0 and cuts[-1] == len(data) and len(cuts) <= threads + 1
+        assert all(a < b for a, b in zip(cuts, cuts[1:], strict=False)) or not data
+        assert all(data[at - 1 : at] == b"\n" for at in cuts[1:-1])  # each a line start
+        differ += plan != one
+    assert differ > 10  # the parts were cut where a thread's blocks would not have been
+    path = tmp_path / "long.txt"
+    path.write_text("short\n" * 3000 + "y" * 6000 + "\n" + "short\n" * 3000)
+    for threads in (1, 2, 5):
+        with pytest.raises(fileio.InputError, match=r"long.txt:3001: a line of more than 5,000 bytes"):
+            fileio.line_plan(path, 100, threads=threads)
