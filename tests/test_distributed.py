@@ -21,6 +21,9 @@ from paraphrastic import distributed, models, run_setup, train
 
 TOL = 1e-5
 
+# One worker runs the module, so that global_runs (three training runs) is made once
+pytestmark = pytest.mark.xdist_group("ddp")
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory, sp_bytes):

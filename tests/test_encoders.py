@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, generated_sentences
+from conftest import generated_sentences
 
-from paraphrastic import encoders, models, train
+from paraphrastic import embed_sentences, encoders, models, score_sentence_pairs, train
 
 WORDS = ["a", "man", "dog", "the", "runs"]
 
@@ -201,16 +199,16 @@ def test_each_kind_trains_saves_and_runs_through_load_model_and_the_scripts(pair
     sentences = tmp_path / "s.txt"
     sentences.write_text("a man is riding\n\nthe quiet river\n")
     vectors = tmp_path / "v.npy"
-    run = [sys.executable, str(ROOT / "embed_sentences.py"), "--sentence-file", str(sentences)]
-    subprocess.run([*run, "--load-file", str(out / "model.pt"), "--output-file", str(vectors)], check=True)
+    args = ["--sentence-file", str(sentences), "--load-file", str(out / "model.pt"), "--output-file", str(vectors)]
+    assert embed_sentences.main(args) == 0  # the scripts run as files in test_scripts and test_hardening
     np.testing.assert_allclose(
         np.load(vectors), model.embed_raw_text(["a man is riding", "", "the quiet river"]), rtol=1e-5, atol=1e-6
     )
     scored = tmp_path / "scored.tsv"
     pairs = tmp_path / "p.txt"
     pairs.write_text("a man is riding\ta man rides\n")
-    score = [sys.executable, str(ROOT / "score_sentence_pairs.py"), "--sentence-pair-file", str(pairs)]
-    subprocess.run([*score, "--load-file", str(out / "model.pt"), "--output-file", str(scored)], check=True)
+    args = ["--sentence-pair-file", str(pairs), "--load-file", str(out / "model.pt"), "--output-file", str(scored)]
+    assert score_sentence_pairs.main(args) == 0
     expect = model.score_raw_text([("a man is riding", "a man rides")])[0]
     assert float(scored.read_text().split("\t")[-1]) == pytest.approx(expect, abs=1e-5)
 

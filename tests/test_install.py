@@ -15,6 +15,9 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
+# One worker runs the module, so that the wheel and its environment are built once
+pytestmark = pytest.mark.xdist_group("install")
+
 
 def run(*cmd, cwd=None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
