@@ -6,11 +6,12 @@ For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `par
 on --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score
 --threads N` on as many pairs, and `model.encode` on --encode sentences with N workers; beside them the limit
 N x (sentencepiece alone on one thread, same lines), the fraction of it reached, and the speed-up over N = 1,
-each the median of --repeats rounds. Then the start-up (the whole command on the 10-line example) and the peak
-anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of
-`paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of ../shared/data,
-repeated to the size asked (or --text's lines, on a machine without ../shared/data). --startup-only prints the
-start-up alone, and each console command's --help beside it.
+each the median of --repeats rounds, and the disk's own limit (writing and syncing the output's bytes, at most
+2 GiB). Then the start-up (the whole command on the 10-line example) and the peak anonymous memory (Pss_Anon of
+the command and its workers, the output's file pages aside) of `paraphrastic-embed` on each --memory size. The
+lines are the fixed English sentence sample of ../shared/data, repeated to the size asked (or --text's lines, on
+a machine without ../shared/data). --startup-only prints the start-up alone, and each console command's --help
+beside it.
 """
 
 from __future__ import annotations
@@ -91,6 +92,21 @@ def sentencepiece_alone(lines: list[str], threads: int = 1) -> float:
     return len(sample) / (time.perf_counter() - start)
 
 
+def disk_rate(folder: Path, size: int) -> float:
+    """Bytes/s of writing `size` bytes to a new file in `folder` and syncing them, as embed writes its output: the
+    end-to-end limit whatever the cores (embed's output must be on disk before it is published)."""
+    block, path = os.urandom(4 << 20), folder / "disk-alone.bin"
+    start = time.perf_counter()
+    with open(path, "wb") as f:
+        for at in range(0, size, len(block)):
+            f.write(block[: size - at])
+        f.flush()
+        os.fdatasync(f.fileno())
+    took = time.perf_counter() - start
+    path.unlink()
+    return size / took
+
+
 ENCODE = """
 import sys, time, torch
 from paraphrastic import models
@@ -105,7 +121,11 @@ print(len(lines) / (time.perf_counter() - start))
 
 def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s, embed's seconds before its workers
-    started and after they ended, or None with one worker) with `n` workers."""
+    started and after they ended, or None with one worker) with `n` workers. The last round's outputs are removed
+    first, outside the clock: replacing a file of gigabytes frees its blocks in the rename (seconds, on a disk
+    mounted with discard), a cost of the old file, not of this run."""
+    for old in (tmp / "out.npy", tmp / "out.tsv"):
+        old.unlink(missing_ok=True)
     embed_s, _, parts = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
                                str(tmp / "out.npy"), "--threads", str(n), "--quiet"])  # fmt: skip
     score_s = float("nan") if args.skip_score else timed(
@@ -158,7 +178,12 @@ def main() -> None:
         single = sentencepiece_alone(lines)
         own = sentencepiece_alone(lines, args.cores)
         print(f"sentencepiece alone: 1 thread {single:,.0f} sentences/s; its own {args.cores} threads {own:,.0f} "
-              f"({own / single:.1f}x: what the tokenizer itself gains from the cores)\n")  # fmt: skip
+              f"({own / single:.1f}x: what the tokenizer itself gains from the cores)")  # fmt: skip
+        row_bytes = models.load_model().dim * 4
+        size = min(args.lines * row_bytes, 2 << 30)
+        disk = disk_rate(tmp, size)
+        print(f"the disk alone: {disk / 1e6:,.0f} MB/s writing and syncing {size / 2**30:.1f} GiB in the output's "
+              f"folder, so at most {disk / row_bytes:,.0f} rows/s of {row_bytes} bytes, whatever the cores\n")  # fmt: skip
         counts = [int(n) for n in args.counts.split(",")] if args.counts else core_counts(args.cores)
         rounds = [{n: cli_rates(n, text, pairs, tmp, args) for n in counts} for _ in range(args.repeats)]
         print(f"each figure the median of {args.repeats} rounds, every round all worker counts in turn; a speed-up is "

@@ -112,12 +112,12 @@ def embed_rates(folder: Path, lines: Path, device: str, threads: int) -> None:
     print(f"  largest difference, {device} against cpu: {diff:.2e} (equal to float32 rounding: {diff < 1e-5})")
 
 
-def every_core(lines: Path, core_lines: int, cores: int) -> None:
-    """bench_cores.py with 1 and all workers: paraphrastic-embed and model.encode on `core_lines` lines, the limit N x
-    sentencepiece beside them, and the start-up apart."""
+def every_core(lines: Path, core_lines: int, cores: int, full: bool) -> None:
+    """bench_cores.py with 1 and all workers (all alone in a dry run): paraphrastic-embed and model.encode on
+    `core_lines` lines, the limit N x sentencepiece beside them, and the start-up apart."""
     done = run(sys.executable, ROOT / "benchmarks" / "bench_cores.py", "--text", lines, "--lines", core_lines,
-               "--encode", core_lines, "--counts", f"1,{cores}", "--repeats", 1, "--skip-score", "--memory", "",
-               "--startup-runs", 5 if core_lines > 100_000 else 1)  # fmt: skip
+               "--encode", core_lines, "--counts", f"1,{cores}" if full else cores, "--repeats", 1, "--skip-score",
+               "--memory", "", "--startup-runs", 5 if full else 1)  # fmt: skip
     print("\n".join(f"  {line}" for line in done.stdout.splitlines()[1:]))
 
 
@@ -241,7 +241,7 @@ def main() -> None:
         checks = (300, None, "sts,stsb") if full else (24, 3000, "stsb")
         section(f"{device} against cpu:", equality, folder, args.data, device, *checks)
         section(f"every core, {cores} workers against 1 (last: the longest part):", every_core, args.data / "lines.txt",
-                args.core_lines if full else 4_000, cores)  # fmt: skip
+                args.core_lines if full else 4_000, cores, full)  # fmt: skip
 
 
 if __name__ == "__main__":
