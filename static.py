@@ -212,7 +212,7 @@ class Encoding:
         """embed_raw_text's rows of texts already checked."""
         if not len(texts) or (pool is None and (len(texts) < PARALLEL_MIN or workers.threads() == 1)):
             return self.embed_here(texts, batch_size, bar)
-        with contextlib.nullcontext(pool) if pool is not None else Workers(self) as team:
+        with contextlib.nullcontext(pool) if pool is not None else Workers(self, given=texts) as team:
             if team.size == 1:
                 return self.embed_here(texts, batch_size, bar)
             cuts = text_slices(texts, max(1, min(JOB_TEXTS, -(-len(texts) // team.size))))
@@ -222,7 +222,8 @@ class Encoding:
                 return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
             use_torch_for(len(texts) // team.size)  # before the fork: imported once for every worker
             with shared_rows(len(texts), self.dim) as (path, out):  # the workers write their rows in place
-                jobs = ((texts[cut], batch_size, path, cut.start) for cut in cuts)
+                forked = pool is None  # workers forked for these texts hold them: a job names its slice
+                jobs = ((cut if forked else texts[cut], batch_size, path, cut.start) for cut in cuts)
                 for _ in advancing(team.map(_embed_job, jobs), cuts, bar):
                     pass
         return out
@@ -379,8 +380,10 @@ def is_vectors(x) -> bool:
     return isinstance(x, np.ndarray) or (torch is not None and isinstance(x, torch.Tensor))
 
 
-def _embed_job(model: Encoding, job: tuple[Sequence[str], int, Path, int]) -> None:
+def _embed_job(model: Encoding, job: tuple[Sequence[str] | slice, int, Path, int]) -> None:
     texts, batch_size, path, row = job
+    if isinstance(texts, slice):  # of the caller's texts, which this worker holds since its fork
+        texts = workers.given()[texts]
     write_npy_rows(path, row, model.embed_here(texts, batch_size))
 
 

@@ -31,6 +31,7 @@ PARENT_POLL_S = 0.5  # how often a worker checks that its parent lives
 WATCH_S = 1.0  # how often the caller, waiting on a job, looks at its workers
 STALL_S = 120.0  # workers that use no CPU for this long while a job waits are stuck (blocked, or hung)
 _model = None  # this worker's model, set when the worker starts
+_given = None  # what this worker's pool was started with for its jobs to read (see `given`)
 _threads: int | None = None  # set by use_threads
 
 
@@ -83,9 +84,16 @@ def running_tasks() -> int | None:
         return None
 
 
-def _start(model, parent: int) -> None:
-    global _model
-    _model = model
+def given() -> Any:
+    """In a worker, the data its pool was started with (`Workers(..., given=...)`), handed over whole by the fork:
+    its jobs name parts of it (slices of the caller's texts) instead of carrying them through a pipe, so that the
+    caller pickles nothing at any number of workers."""
+    return _given
+
+
+def _start(model, parent: int, data: Any) -> None:
+    global _model, _given
+    _model, _given = model, data
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     gc.freeze()  # what the fork brought is never garbage here: collections skip it (a seventh of the time)
     if torch := sys.modules.get("torch"):
@@ -108,16 +116,17 @@ def _run(fn: Callable, job: Any) -> Any:
 
 class Workers:
     """A pool of `size` worker processes holding `model` (default: `threads()`, which the commands set with
-    --threads); a context manager, reusable across calls until closed, in the process that started it."""
+    --threads) and `given` (read by jobs with `given()`); a context manager, reusable across calls until closed, in
+    the process that started it."""
 
-    def __init__(self, model, size: int | None = None):
+    def __init__(self, model, size: int | None = None, given: Any = None):
         self.model, self.owner, self.closed = model, os.getpid(), False
         self.size = max(1, size or threads())
         self.pool: cf.ProcessPoolExecutor | None = None
         if self.size > 1:
             fork = multiprocessing.get_context("fork")  # the model reaches the workers without pickling
             self.pool = cf.ProcessPoolExecutor(
-                self.size, mp_context=fork, initializer=_start, initargs=(model, os.getpid())
+                self.size, mp_context=fork, initializer=_start, initargs=(model, os.getpid(), given)
             )
 
     def map(self, fn: Callable[[Any, Any], Any], jobs: Iterable) -> Iterator:

@@ -15,7 +15,7 @@ from conftest import generated_sentences
 
 from paraphrastic import embed_sentences, models, score_sentence_pairs, static
 from paraphrastic.fileio import Error
-from paraphrastic.workers import WorkerError, Workers
+from paraphrastic.workers import WorkerError, Workers, given
 
 # empty lines, invalid UTF-8, CRLF, a tab, and a last line without a newline
 AWKWARD = b"first line\n\n\xff\xfe broken bytes\nwindows line\r\n  \nsome\ttab\n\xc3\xa9t\xc3\xa9 caf\xc3\xa9\nno newline at end"
@@ -123,6 +123,18 @@ def test_workers_keep_input_order_with_bounded_jobs_in_flight(tiny_model):
 
 def square(model, job):
     return job * job
+
+
+def given_letters(model, cut: slice) -> str:
+    return "".join(given()[cut])
+
+
+def test_workers_read_the_data_their_pool_was_forked_with(tiny_model):
+    """A pool started with `given` (encode's, with the caller's texts) hands it to its workers by the fork: a job names
+    a slice and the worker reads it from its own copy, so that the caller pickles no text whatever the workers."""
+    letters = [chr(97 + i % 26) for i in range(1000)]
+    with Workers(tiny_model, 2, given=letters) as pool:
+        assert list(pool.map(given_letters, [slice(0, 3), slice(26, 30), slice(998, 1000)])) == ["abc", "abcd", "kl"]
 
 
 def children(pid: int) -> list[int]:
