@@ -157,7 +157,7 @@ class Workers:
     def _result(self, future: cf.Future) -> Any:
         """The job's result, watching the workers while it waits: a stopped worker, or workers that use no CPU for
         STALL_S, end the run with one error naming them (a job would otherwise wait for ever)."""
-        idle, cpu = 0.0, self.cpu_seconds()
+        idle, cpu = 0.0, None  # the workers' CPU time is read once a wait is long: a result's ms read it not at all
         with self.died():
             while True:
                 try:

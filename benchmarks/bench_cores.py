@@ -5,7 +5,8 @@
 For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `paraphrastic-embed --threads N`
 on --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score
 --threads N` on as many pairs, and `model.encode` on --encode sentences with N workers; beside them the limit
-N x (sentencepiece alone on one thread, same lines), the fraction of it reached, and the speed-up over N = 1,
+N x (sentencepiece alone on one thread, same lines), N processes of sentencepiece alone at once (what the
+machine's cores really give it), the fraction of the limit reached, and the speed-up over N = 1,
 each the median of --repeats rounds, and the disk's own limit (writing and syncing the output's bytes, at most
 2 GiB). Then the start-up (the whole command on the 10-line example) and the peak anonymous memory (Pss_Anon of
 the command and its workers, the output's file pages aside) of `paraphrastic-embed` on each --memory size. The
@@ -17,6 +18,7 @@ beside it.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -90,6 +92,30 @@ def sentencepiece_alone(lines: list[str], threads: int = 1) -> float:
     for i in range(0, len(sample), 65536):
         tokenizer.encode(sample[i : i + 65536], num_threads=threads)
     return len(sample) / (time.perf_counter() - start)
+
+
+_AT_ONCE: tuple = ()  # (tokenizer, lines, barrier) for the forked processes of sentencepiece_processes
+
+
+def _tokenize_at_once(_: int) -> float:
+    tokenizer, sample, barrier = _AT_ONCE
+    barrier.wait()  # every process starts together, so none runs on a core left idle
+    start = time.perf_counter()
+    for i in range(0, len(sample), 65536):
+        tokenizer.encode(sample[i : i + 65536])
+    return time.perf_counter() - start
+
+
+def sentencepiece_processes(lines: list[str], n: int) -> float:
+    """Sentences/s of `n` processes, each running the shipped model's sentencepiece alone on the same lines, all at
+    once: what n cores of this machine give the tokenizer (shared caches and memory, SMT siblings, clocks), the
+    ceiling of n workers, where N x one thread is the ideal."""
+    global _AT_ONCE
+    fork = multiprocessing.get_context("fork")
+    _AT_ONCE = (models.load_model().tokenizers[0], lines[:200_000], fork.Barrier(n))
+    with fork.Pool(n) as pool:
+        seconds = pool.map(_tokenize_at_once, range(n), chunksize=1)
+    return n * len(_AT_ONCE[1]) / max(seconds)
 
 
 def disk_rate(folder: Path, size: int) -> float:
@@ -190,15 +216,16 @@ def main() -> None:
               "the median of the rounds' own ratios to 1 worker\n")  # fmt: skip
         print(
             "| workers | embed CLI (sent/s) | score CLI (pairs/s) | model.encode (sent/s) | limit N x sentencepiece "
-            "| embed / limit | embed speed-up | score speed-up | encode speed-up |"
+            "| sentencepiece in N processes | embed / limit | embed speed-up | score speed-up | encode speed-up |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        at_once = {n: sentencepiece_processes(lines, n) for n in sorted({1, *counts})}
         for n in counts:
             rates = [statistics.median(r[n][k] for r in rounds) for k in range(3)]
             ups = " | ".join(f"{statistics.median(r[n][k] / r[counts[0]][k] for r in rounds):.2f}x" for k in range(3))
             limit = n * single
-            print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} "
-                  f"| {rates[0] / limit:.0%} | {ups} |", flush=True)  # fmt: skip
+            print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} | {at_once[n]:,.0f} "
+                  f"({at_once[n] / at_once[1]:.1f}x) | {rates[0] / limit:.0%} | {ups} |", flush=True)  # fmt: skip
         print("\nembed's run in parts (medians, seconds): before its workers start (start-up, planning the input), "
               "with them, after they end (publishing the output)\n\n| workers | before | with workers | after |\n"
               "|---|---|---|---|")  # fmt: skip

@@ -243,6 +243,26 @@ def test_a_stopped_worker_is_named_in_one_error(tiny_model, tmp_path):
             os.kill(stopped, signal.SIGCONT)
 
 
+def sleep_for(model, seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_workers_that_use_no_cpu_while_a_job_waits_are_named_stuck(tiny_model, monkeypatch):
+    """The stall check (STALL_S, scaled down here) reads the workers' CPU time only once a wait runs long, and still
+    names workers that sleep through it (a worker's thread that checks its parent may wake in a window: a later
+    window catches them)."""
+    from paraphrastic import workers
+
+    monkeypatch.setattr(workers, "WATCH_S", 0.2)
+    monkeypatch.setattr(workers, "STALL_S", 0.6)
+    with Workers(tiny_model, 2) as pool:
+        started = time.perf_counter()
+        with pytest.raises(WorkerError, match=r"the worker processes \(\d+, \d+\) used no CPU for 1 s"):
+            list(pool.map(sleep_for, [3.0]))
+        assert time.perf_counter() - started < 2.9  # named before the job could end
+
+
 def test_broken_closed_and_inherited_pools_each_give_one_clear_error(tiny_model):
     pool = tiny_model.start_multi_process_pool(2)
     assert list(pool.map(square, range(4))) == [0, 1, 4, 9]
