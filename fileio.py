@@ -261,10 +261,11 @@ def line_plan(
         lo = f.tell()
         if stop is None:
             f.seek(0, os.SEEK_END)
-        skip_lines(f, 0 if stop is None else stop - start)
+        else:
+            skip_lines(f, stop - start)
         hi = f.tell()
         cuts = line_starts(f, lo, hi, max(1, min(threads, (hi - lo) // SPAN_BYTES)))
-        spans = list(zip(cuts, cuts[1:], strict=False)) or [(lo, hi)]
+        spans = list(zip(cuts, cuts[1:], strict=False))
         with cf.ThreadPoolExecutor(len(spans)) as pool:
             planned = list(pool.map(lambda span: plan_span(path, *span, chunk_lines, chunk_bytes), spans))
     plan, line = [], start + 1

@@ -77,12 +77,12 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
     scores in this process); returns (lines written, the first SHOWN bad line numbers, pairs with an empty side,
     stats: `bad_lines` counts them all, so that memory stays flat however many there are)."""
     path = Path(args.sentence_pair_file)
-    workers = threads() if model.on_cpu else 1
     blocks, total = worker_blocks(path, args.chunk_lines, threads=threads())
     written = empty = 0
     bad: list[int] = []
     stats: dict = {"invalid_utf8_lines": 0, "bad_lines": 0}
     jobs = ((path, first, blob, args.strict, args.skip_bad_lines, args.batch_size) for first, blob in blocks)
+    workers = threads() if model.on_cpu else 1
     use_torch_for(-(-2 * total // workers))  # before the fork: imported once for every worker
     with Workers(model, workers) as pool, progress(total, " pair", args.quiet) as bar:
         for text, lines, chunk_bad, chunk_empty, chunk_stats in pool.map(score_job, jobs):
