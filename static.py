@@ -205,24 +205,36 @@ class Encoding:
         PARALLEL_MIN texts or more go to worker processes, one per thread (`use_threads`; `pool`: a kept pool,
         for any size, see `start_multi_process_pool`); the rows are the same bit for bit. `bar`: a tqdm bar to
         advance by the texts done."""
-        check_texts(texts)
-        return self._embed(texts, batch_size, pool, bar)
+        check_texts(texts, items=False)
+        return self._embed(texts, batch_size, pool, bar, checked=False)
 
-    def _embed(self, texts: Sequence[str], batch_size: int, pool: Workers | None, bar) -> np.ndarray:
-        """embed_raw_text's rows of texts already checked."""
-        if not len(texts) or (pool is None and (len(texts) < PARALLEL_MIN or workers.threads() == 1)):
+    def _embed(
+        self, texts: Sequence[str], batch_size: int, pool: Workers | None, bar, checked: bool = True
+    ) -> np.ndarray:
+        """embed_raw_text's rows. Unless `checked`, each text is checked to be a string: by the worker processes
+        forked for these texts, each its own slice (a pass over millions of texts takes the caller seconds, time
+        in which 16 workers would wait), else here first."""
+        here = not len(texts) or (pool is None and (len(texts) < PARALLEL_MIN or workers.threads() == 1))
+        forked = pool is None and not here and self.on_cpu
+        if not (checked or forked):
+            check_texts(texts)
+        if here:
             return self.embed_here(texts, batch_size, bar)
         with contextlib.nullcontext(pool) if pool is not None else Workers(self, given=texts) as team:
             if team.size == 1:
                 return self.embed_here(texts, batch_size, bar)
-            cuts = text_slices(texts, max(1, min(JOB_TEXTS, -(-len(texts) // team.size))))
+            most = max(1, min(JOB_TEXTS, -(-len(texts) // team.size)))
             if not self.on_cpu:  # CPU workers tokenize, the device pools
+                cuts = text_slices(texts, most)
                 jobs = ((texts[cut], batch_size) for cut in cuts)
                 parts = [self.embed_tokens(*tokens) for tokens in advancing(team.map(_tokens_job, jobs), cuts, bar)]
                 return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
             use_torch_for(len(texts) // team.size)  # before the fork: imported once for every worker
+            # forked workers hold the texts: a job names its slice, cut by count (each worker's embed_here bounds
+            # its batches' characters); a kept pool is sent its texts, in jobs bounded in characters too
+            cuts = [slice(i, min(i + most, len(texts))) for i in range(0, len(texts), most)] if forked else (
+                text_slices(texts, most))  # fmt: skip
             with shared_rows(len(texts), self.dim) as (path, out):  # the workers write their rows in place
-                forked = pool is None  # workers forked for these texts hold them: a job names its slice
                 jobs = ((cut if forked else texts[cut], batch_size, path, cut.start) for cut in cuts)
                 for _ in advancing(team.map(_embed_job, jobs), cuts, bar):
                     pass
@@ -358,16 +370,17 @@ def advancing(results: Iterator, cuts: list[slice], bar) -> Iterator:
         yield result
 
 
-def check_texts(texts) -> None:
-    """TypeError naming the first item of `texts` that is not a string, or saying what `texts` should be."""
+def check_texts(texts, items: bool = True, start: int = 0) -> None:
+    """TypeError saying what `texts` should be, or (with `items`) naming the first item that is not a string, by its
+    position counted from `start`."""
     if isinstance(texts, str):
         raise TypeError("embed_raw_text takes a list of sentences, not a single string (encode takes either)")
     if not is_sequence(texts):
         raise TypeError(f"texts must be a string or a list of strings, not a {type(texts).__name__}")
-    if not set(map(type, texts)) <= {str}:  # the fast test; a subclass of str (numpy's) passes the slow one
+    if items and not set(map(type, texts)) <= {str}:  # the fast test; a subclass of str (numpy's) passes the slow one
         for i, item in enumerate(texts):
             if not isinstance(item, str):
-                raise not_a_string(i, item)
+                raise not_a_string(start + i, item)
 
 
 def not_a_string(at: int, item) -> TypeError:
@@ -382,8 +395,9 @@ def is_vectors(x) -> bool:
 
 def _embed_job(model: Encoding, job: tuple[Sequence[str] | slice, int, Path, int]) -> None:
     texts, batch_size, path, row = job
-    if isinstance(texts, slice):  # of the caller's texts, which this worker holds since its fork
+    if isinstance(texts, slice):  # of the caller's texts, which this worker holds since its fork, unchecked
         texts = workers.given()[texts]
+        check_texts(texts, start=row)
     write_npy_rows(path, row, model.embed_here(texts, batch_size))
 
 

@@ -35,6 +35,7 @@ from bench_train import BATCH, DIM, mining_bound, word_sentencepiece, write_synt
 from common import ROOT, machine_header
 
 BIN = Path(sys.executable).parent
+PARTS = ("cores", "train", "profile", "equal", "embed", "teacher")  # all together take over 10 minutes on the H100
 
 
 def product_rate(device: str, dtype: torch.dtype, n: int) -> float:
@@ -74,13 +75,18 @@ def section(title: str, work, *args) -> None:
     print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
 
 
+def training_data(folder: Path, pairs: int) -> None:
+    """The synthetic shard of `pairs` pairs and the word-level sentencepiece model that train_rates and
+    step_profile train on."""
+    sp = word_sentencepiece(folder)
+    (folder / "sp.model").write_bytes(sp)
+    write_synthetic_shard(folder / "pairs.h5", pairs, sp)
+
+
 def train_rates(folder: Path, device: str, runs: list[tuple[int, int, int]], rate: float, dim: int = DIM) -> None:
     """train.py's pairs/s at `dim` for each (batch, M, updates) of `runs` (the log windows after the first), against
     the exact-mining bound at `rate`."""
-    sp = word_sentencepiece(folder)
-    (folder / "sp.model").write_bytes(sp)
     shard = folder / "pairs.h5"
-    write_synthetic_shard(shard, max(batch * (3 * m + count) for batch, m, count in runs), sp)
     for batch, m, count in runs:
         for mode in ("paraphrase", "bitext"):
             out = folder / f"run-{batch}-{m}-{mode}"
@@ -93,6 +99,40 @@ def train_rates(folder: Path, device: str, runs: list[tuple[int, int, int]], rat
             bound = mining_bound(rate, m, mode == "bitext", batch) * DIM / dim
             print(f"  batch {batch:4d}, M = {m:3d} {mode:10s}: {pairs_s:10,.0f} pairs/s = {100 * pairs_s / bound:5.2f}% "
                   f"of the exact-mining bound at bf16's rate ({bound:,.0f} pairs/s); {count} updates")  # fmt: skip
+
+
+def step_profile(folder: Path, device: str, runs: list[tuple[int, int, str]], dim: int) -> None:
+    """Where a step's device time goes, by kernel, for each (batch, M, mode) of `runs`: train_rates' shard and model
+    trained in process for 3 mega-batches, the third profiled (the first holds the warm-up and the graphs'
+    recording; the final save is left out), so the figures are the steady state's, its mining included."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from paraphrastic import train
+
+    for batch, m, mode in runs:
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        stamps = []
+        with profile(activities=activities, schedule=schedule(wait=2 * m, warmup=0, active=m, repeat=1)) as prof:
+
+            def each_step(trainer, prof=prof, stamps=stamps):
+                prof.step()
+                stamps.append(time.perf_counter())
+
+            train.main(["--train-shards", str(folder / "pairs.h5"), "--sp-model", str(folder / "sp.model"),
+                        "--output-dir", str(folder / f"profiled-{batch}-{mode}"), "--dim", str(dim), "--batch-size",
+                        str(batch), "--megabatch-size", str(m), "--megabatch-anneal", "0", "--max-steps", str(3 * m),
+                        "--mode", mode, "--device", device, "--quiet"], on_step=each_step)  # fmt: skip
+        events = prof.key_averages()
+        key = "self_cpu_time_total" if device != "cuda" else (
+            "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total")  # fmt: skip
+        kernels = [e for e in events if getattr(e, key) > 0 and (device != "cuda" or not e.key.startswith("aten::"))]
+        busy = sum(getattr(e, key) for e in kernels) / 1e3 / m
+        wall = 1e3 * (stamps[3 * m - 1] - stamps[2 * m - 1]) / m
+        print(f"  batch {batch}, M = {m}, {mode}, the third mega-batch: {wall:.3f} ms an update on the host's clock, "
+              f"{busy:.3f} ms of it {'kernels' if device == 'cuda' else 'ops'} ({batch / wall * 1e3:,.0f} pairs/s), "
+              f"{sum(e.count for e in kernels) / m:.0f} launches an update; the largest:")  # fmt: skip
+        for e in sorted(kernels, key=lambda e: -getattr(e, key))[:12]:
+            print(f"    {getattr(e, key) / 1e3 / m:8.4f} ms/update {e.count / m:6.1f}/update  {e.key[:90]}")
 
 
 def embed_rates(folder: Path, lines: Path, device: str, threads: int) -> None:
@@ -115,10 +155,15 @@ def embed_rates(folder: Path, lines: Path, device: str, threads: int) -> None:
 def every_core(lines: Path, core_lines: int, cores: int, full: bool) -> None:
     """bench_cores.py with 1 and all workers (all alone in a dry run): paraphrastic-embed and model.encode on
     `core_lines` lines, the limit N x sentencepiece beside them, and the start-up apart."""
-    done = run(sys.executable, ROOT / "benchmarks" / "bench_cores.py", "--text", lines, "--lines", core_lines,
-               "--encode", core_lines, "--counts", f"1,{cores}" if full else cores, "--repeats", 1, "--skip-score",
-               "--memory", "", "--startup-runs", 5 if full else 1)  # fmt: skip
-    print("\n".join(f"  {line}" for line in done.stdout.splitlines()[1:]))
+    cmd = [sys.executable, ROOT / "benchmarks" / "bench_cores.py", "--text", lines, "--lines", core_lines,
+           "--encode", core_lines, "--counts", f"1,{cores}" if full else cores, "--repeats", 1, "--skip-score",
+           "--memory", "", "--startup-runs", 5 if full else 1]  # fmt: skip
+    with subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, text=True) as done:  # its lines as they come
+        next(done.stdout, None)  # its machine line: ours is printed above
+        for line in done.stdout:
+            print(f"  {line}", end="", flush=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench_cores.py ended with {done.returncode}")
 
 
 def teacher_rate(device: str, sentences: int) -> None:
@@ -209,6 +254,7 @@ def main() -> None:
     p.add_argument("--dry-run", action="store_true", help="cpu instead of cuda, less work: a test of the script")
     p.add_argument("--embed-lines", type=int, default=2_000_000, help="lines embedded on cuda and cpu")
     p.add_argument("--core-lines", type=int, default=8_000_000, help="lines for the every-core part")
+    p.add_argument("--parts", default=",".join(PARTS), help="the parts to run, in their fixed order (default: all)")
     args = p.parse_args()
     if args.pack:
         return pack_data(args.pack, args.data)
@@ -226,22 +272,35 @@ def main() -> None:
     }
     print(f"matrix products ({n}^3): fp32 {rates['fp32'] / 1e12:.1f} TFLOP/s, bf16 {rates['bf16'] / 1e12:.1f} TFLOP/s")
     runs = [(BATCH, 100, 1500), (BATCH, 10, 400), (512, 100, 400), (1024, 100, 200)] if full else [(BATCH, 2, 4)]
+    profiled = [(BATCH, 100, "bitext"), (512, 100, "paraphrase")] if full else [(BATCH, 2, "bitext")]
+    parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         folder = Path(tmp)
         dim = DIM if full else 64
-        section(
-            f"train.py, dim {dim}, synthetic shards, {device}:", train_rates, folder, device, runs, rates["bf16"], dim
-        )
-        lines = folder / "lines.txt"
-        sentences = args.data.joinpath("lines.txt").read_text(encoding="utf-8").splitlines()
-        count = args.embed_lines if full else 5_000
-        lines.write_text("".join(sentences[i % len(sentences)] + "\n" for i in range(count)), encoding="utf-8")
-        section("paraphrastic-embed, the shipped English model:", embed_rates, folder, lines, device, cores)
-        section("a teacher's forward pass:", teacher_rate, device, 20_000 if full else 16)
-        checks = (300, None, "sts,stsb") if full else (24, 3000, "stsb")
-        section(f"{device} against cpu:", equality, folder, args.data, device, *checks)
-        section(f"every core, {cores} workers against 1 (last: the longest part):", every_core, args.data / "lines.txt",
-                args.core_lines if full else 4_000, cores, full)  # fmt: skip
+        # the issue's figures first, so that a call cut short still has them: every core (the longest part), the
+        # training rates and where a step's time goes, CUDA against the CPU with the resumed run; then the rest
+        if "cores" in parts:
+            section(f"every core, {cores} workers against 1:", every_core, args.data / "lines.txt",
+                    args.core_lines if full else 4_000, cores, full)  # fmt: skip
+        if parts & {"train", "profile"}:
+            most = [b * (3 * m + c) for b, m, c in runs if "train" in parts] + [3 * b * m for b, m, _ in profiled]
+            training_data(folder, max(most))
+        if "train" in parts:
+            section(f"train.py, dim {dim}, synthetic shards, {device}:", train_rates, folder, device, runs,
+                    rates["bf16"], dim)  # fmt: skip
+        if "profile" in parts:
+            section("where a step's time goes (profiled):", step_profile, folder, device, profiled, dim)
+        if "equal" in parts:
+            checks = (300, None, "sts,stsb") if full else (24, 3000, "stsb")
+            section(f"{device} against cpu:", equality, folder, args.data, device, *checks)
+        if "embed" in parts:
+            lines = folder / "lines.txt"
+            sentences = args.data.joinpath("lines.txt").read_text(encoding="utf-8").splitlines()
+            count = args.embed_lines if full else 5_000
+            lines.write_text("".join(sentences[i % len(sentences)] + "\n" for i in range(count)), encoding="utf-8")
+            section("paraphrastic-embed, the shipped English model:", embed_rates, folder, lines, device, cores)
+        if "teacher" in parts:
+            section("a teacher's forward pass:", teacher_rate, device, 20_000 if full else 16)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,25 @@ def test_encode_uses_workers_for_large_inputs_and_gives_the_same_rows(tiny_model
         assert tiny_model.score_raw_text(pairs, pool=pool) == tiny_model.score_raw_text(pairs)
 
 
+def test_forked_workers_name_the_first_text_that_is_not_a_string(tiny_model, monkeypatch):
+    """A pool forked for its texts checks them in the workers, each its own slice (the caller makes no pass over
+    them): the error still names the first bad item by its position in the whole list, and leaves nothing."""
+    texts = generated_sentences(5000, seed=8)
+    texts[3100], texts[4500] = b"bytes, not text", 7  # in different jobs: the later one must not be named
+    monkeypatch.setattr(static, "PARALLEL_MIN", 1000)
+    monkeypatch.setattr(static, "JOB_TEXTS", 500)
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(TypeError, match=r"texts\[3100\] is bytes b'bytes, not text', not a string"):
+            tiny_model.encode(texts)
+        texts[3100] = "fine again"
+        with pytest.raises(TypeError, match=r"texts\[4500\] is int 7, not a string"):
+            tiny_model.encode(texts)
+    finally:
+        torch.set_num_threads(1)
+    assert not list(static.SHM_DIR.glob(f"{static.SHARED_ROWS}.{os.getpid()}.*"))
+
+
 def test_encode_takes_a_single_string_as_sentence_transformers_does(tiny_model):
     vector = tiny_model.encode("a man is riding a red bicycle")
     assert vector.shape == (tiny_model.dim,)
