@@ -194,4 +194,4 @@ class GraphedSteps:
         vectors = segment_mean(sub, distinct, offsets, config.dropout)
         loss = trainer.margin(vectors, [(neg >= 0).float() for neg in negatives])
         loss.backward()
-        self.loss.copy_(trainer.apply_on_device(loss, distinct.rows, sub.grad))
+        self.loss.copy_(trainer.apply_on_device(loss, distinct.rows, sub))

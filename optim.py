@@ -50,11 +50,18 @@ class LazyAdam:
         self.counted: torch.Tensor | None = None  # the step count on the device, for masked steps
 
     @torch.no_grad()
-    def step(self, rows: torch.Tensor, grad: torch.Tensor, ok: torch.Tensor | None = None) -> None:
+    def step(
+        self,
+        rows: torch.Tensor,
+        grad: torch.Tensor,
+        ok: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> None:
         """Apply one Adam update to `rows` (unique) given their gradient; with `ok` (a boolean on the device) the
-        update, moments and step count change only where it is true, decided on the device without a wait."""
+        update, moments and step count change only where it is true, decided on the device without a wait, and
+        `weights` may be the rows already gathered (a gather saved), which it updates in place."""
         if ok is not None:
-            return self._masked_step(rows, grad, ok)
+            return self._masked_step(rows, grad, ok, weights)
         self.steps += 1
         b1, b2 = self.betas
         if self.buffers.numel() < 2 * grad.numel():
@@ -68,13 +75,16 @@ class LazyAdam:
         update = m.div_(v.sqrt_().add_(self.eps * root))
         self.table.index_add_(0, rows, update, alpha=-self.lr * root / (1 - b1**self.steps))
 
-    def _masked_step(self, rows: torch.Tensor, grad: torch.Tensor, ok: torch.Tensor) -> None:
+    def _masked_step(
+        self, rows: torch.Tensor, grad: torch.Tensor, ok: torch.Tensor, weights: torch.Tensor | None
+    ) -> None:
         """`step` as torch's fused Adam (one kernel) on the gathered rows, with the step count on the device: where
         `ok` is false nothing changes, decided there. The rows go back by plain copies: the spare row, repeated as
         filler with a zero gradient, gets the same bytes from each copy (index_add_'s atomics would queue on it)."""
         if self.counted is None:
             self.counted = torch.tensor(float(self.steps), device=self.table.device)  # exact to 2**24 updates
-        weights, m, v = self.table.index_select(0, rows), *self.moments.index_select(1, rows)
+        weights = self.table.index_select(0, rows) if weights is None else weights
+        m, v = self.moments.index_select(1, rows)
         b1, b2 = self.betas
         adam([weights], [grad], [m], [v], [], [self.counted], fused=True, found_inf=(~ok).float(),
              amsgrad=False, beta1=b1, beta2=b2, lr=self.lr, weight_decay=0.0, eps=self.eps, maximize=False)  # fmt: skip

@@ -60,6 +60,8 @@ from paraphrastic.run_setup import start_run, warn_if_grouped
 from paraphrastic.train_config import Config, check_inputs, parse_args
 
 MINE_CHUNK = 2048  # rows per similarity block when mining (measured best of 2048-6400)
+MINE_CHUNK_CUDA = 8192  # on a GPU: a block of bf16 similarities is 128 MiB, and a mega-batch of 100 x 512 pairs
+# takes 91 blocks for paraphrases where 2048 took 1,275, each with its launches
 MAX_LISTED_COPIES = 64  # copies of one sentence in a mega-batch past which forbidden pairs are not listed
 SYNC_FREE_ON_CPU = False  # tests set it to run the GPU's step (no waits on the device) on a CPU
 EMBED_CHUNK = 8192  # sentences embedded at once when mining (bounds an LSTM's padded batch)
@@ -117,64 +119,85 @@ def mine_hardest(
     groups: torch.Tensor,
     bitext: bool,
     dtype: torch.dtype = torch.bfloat16,
-    chunk: int = MINE_CHUNK,
+    chunk: int | None = None,
 ) -> torch.Tensor:
     """Index of the hardest allowed negative of each of the 2n sentences (-1 where none is allowed).
 
     With bitext a source's candidates are the targets and vice versa; otherwise every sentence. The
-    cosine matrix is computed in blocks of `chunk` rows as matrix products in `dtype`; each block
-    serves both its rows and (by symmetry) its columns, so no pair of blocks is computed twice.
+    cosine matrix is computed in blocks of `chunk` rows (default MINE_CHUNK, MINE_CHUNK_CUDA on a GPU) as
+    matrix products in `dtype`; each block serves both its rows and (by symmetry) its columns, so no pair
+    of blocks is computed twice. Ties go to the first index. The blocks ask the device nothing back (their
+    forbidden pairs are found by one read for all of them), so a GPU runs them without waiting on the host.
     """
     n2 = len(vectors)
     n = n2 // 2
+    chunk = chunk or (MINE_CHUNK_CUDA if vectors.is_cuda else MINE_CHUNK)
     unit = F.normalize(vectors.float(), dim=1).to(dtype)
-    copies = int(torch.bincount(groups).max()) if n2 else 0
-    if copies > MAX_LISTED_COPIES:  # listing the pairs would take copies^2 memory: compare groups per block
-        partner_groups = groups[(torch.arange(n2, device=groups.device) + n) % n2]
-        bad_rows = bad_cols = None
-    else:
-        bad_rows, bad_cols = forbidden_pairs(groups)
-    best = torch.full((n2,), -math.inf, device=vectors.device)
-    arg = torch.full((n2,), -1, dtype=torch.int64, device=vectors.device)
-
-    def update(index: torch.Tensor, values: torch.Tensor, where: torch.Tensor) -> None:
-        values = values.float()
-        better = values > best[index]
-        best[index] = torch.where(better, values, best[index])
-        arg[index] = torch.where(better, where, arg[index])
-
     if bitext:  # sources x targets: every block
         starts = range(0, n, chunk)
         blocks = [(a, min(a + chunk, n), n + b, min(n + b + chunk, n2)) for a in starts for b in starts]
     else:  # all x all: the upper triangle of blocks
         starts = range(0, n2, chunk)
         blocks = [(a, min(a + chunk, n2), b, min(b + chunk, n2)) for i, a in enumerate(starts) for b in starts[i:]]
-    for r0, r1, c0, c1 in blocks:
+    copies = int(torch.bincount(groups).max()) if n2 else 0
+    if copies > MAX_LISTED_COPIES:  # listing the pairs would take copies^2 memory: compare groups per block
+        partner_groups = groups[(torch.arange(n2, device=groups.device) + n) % n2]
+    else:
+        bad_rows, bad_cols, spans = pairs_by_block(*forbidden_pairs(groups), blocks, chunk, n if bitext else 0)
+    best = torch.full((n2,), -math.inf, device=vectors.device)
+    arg = torch.full((n2,), -1, dtype=torch.int64, device=vectors.device)
+
+    def update(lo: int, hi: int, values: torch.Tensor, where: torch.Tensor) -> None:
+        values = values.float()
+        better = values > best[lo:hi]
+        best[lo:hi] = torch.where(better, values, best[lo:hi])
+        arg[lo:hi] = torch.where(better, where, arg[lo:hi])
+
+    for k, (r0, r1, c0, c1) in enumerate(blocks):
         sim = unit[r0:r1] @ unit[c0:c1].T
-        if bad_rows is None:  # forbidden_pairs' relation, by group numbers
+        if copies > MAX_LISTED_COPIES:  # forbidden_pairs' relation, by group numbers
             rows, cols = groups[r0:r1, None], groups[None, c0:c1]
             sim.masked_fill_(
                 (rows == cols) | (partner_groups[r0:r1, None] == cols) | (rows == partner_groups[None, c0:c1]),
                 -math.inf,
             )
         else:
-            inside = (bad_rows >= r0) & (bad_rows < r1) & (bad_cols >= c0) & (bad_cols < c1)
-            sim[bad_rows[inside] - r0, bad_cols[inside] - c0] = -math.inf
+            lo, hi = spans[k]
+            sim[bad_rows[lo:hi] - r0, bad_cols[lo:hi] - c0] = -math.inf
         values, where = sim.max(dim=1)
-        update(torch.arange(r0, r1, device=sim.device), values, where + c0)
+        update(r0, r1, values, where + c0)
         if r0 != c0:
             values, where = column_max(sim)
-            update(torch.arange(c0, c1, device=sim.device), values, where + r0)
+            update(c0, c1, values, where + r0)
     return torch.where(best > -math.inf, arg, -1)
 
 
+def pairs_by_block(
+    rows: torch.Tensor, cols: torch.Tensor, blocks: list[tuple[int, int, int, int]], chunk: int, col0: int
+) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+    """The pairs (rows, cols) sorted by the block of mine_hardest's that holds them (columns counted from `col0`),
+    and each block's [start, end) in them, read back once for all the blocks. Pairs in no block are in no span:
+    their mirror image is in one."""
+    if not blocks:
+        return rows, cols, []
+    side = -(-blocks[-1][3] // chunk) + 1  # more than the column blocks either way from col0
+    key = (rows // chunk) * (2 * side) + (cols - col0).div(chunk, rounding_mode="floor") + side
+    key = torch.where(rows < blocks[-1][1], key, -1)  # rows past the blocks' (bitext's targets) are in none
+    key, order = torch.sort(key, stable=True)
+    wanted = torch.tensor([(r0 // chunk) * (2 * side) + (c0 - col0) // chunk + side for r0, _, c0, _ in blocks],
+                          dtype=key.dtype, device=key.device)  # fmt: skip
+    spans = torch.stack([torch.searchsorted(key, wanted), torch.searchsorted(key, wanted, right=True)], 1)
+    return rows[order], cols[order], spans.tolist()
+
+
 def column_max(sim: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """sim.max(dim=0): each column's maximum and the first row holding it. Read as a max without
-    indices plus one comparison, it runs several times faster on CPUs than torch's indexed max along dim 0."""
+    """sim.max(dim=0): each column's maximum and the first row holding it, without asking the device how many
+    rows hold it (a GPU then never waits on the host); on CPUs about as fast as a nonzero of the maxima, and
+    several times faster than torch's indexed max along dim 0."""
     values = sim.amax(dim=0)
-    rows, cols = (sim == values).nonzero(as_tuple=True)
-    first = torch.full(values.shape, len(sim), dtype=torch.int64, device=sim.device)
-    return values, first.scatter_reduce_(0, cols, rows, "amin")
+    small = torch.int16 if len(sim) < 2**15 else torch.int32  # the narrower, the less memory the comparison moves
+    rows = torch.arange(len(sim), dtype=small, device=sim.device).unsqueeze(1)
+    return values, torch.where(sim == values, rows, len(sim)).amin(dim=0).long()
 
 
 def mining_dtype(precision: str, device: torch.device) -> torch.dtype:
@@ -479,7 +502,7 @@ class Trainer:
             loss = loss + self.config.relate_weight * relational_loss(vectors[-len(relations) :], relations)
         loss.backward()
         if self.sync_free:
-            return self.apply_on_device(loss, rows, sub.grad)
+            return self.apply_on_device(loss, rows, sub)
         rows, grad, loss = self.ranks.sum_rows(rows, sub.grad, loss)
         self.ranks.mean_([p.grad for p in self.dense])  # the LSTM weights' gradients
         grads = [grad] + [p.grad for p in self.dense]
@@ -502,15 +525,16 @@ class Trainer:
             loss = margin_loss(parts[0], parts[1], parts[2], parts[3], self.config.delta, valid[0], valid[1])
         return self.config.margin_weight * loss
 
-    def apply_on_device(self, loss: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        """The update of a step that never waits for the GPU: the finiteness check, clipping and Adam all stay on
-        the device (a non-finite update is masked there and counted in `bad`, read at the next log or save);
-        returns the loss, 0 where masked."""
+    def apply_on_device(self, loss: torch.Tensor, rows: torch.Tensor, sub: torch.Tensor) -> torch.Tensor:
+        """The update of a step that never waits for the GPU, to the table's `rows`, gathered in `sub` (with their
+        gradient): the finiteness check, clipping and Adam all stay on the device (a non-finite update is masked
+        there and counted in `bad`, read at the next log or save); returns the loss, 0 where masked."""
+        grad = sub.grad
         ok = torch.isfinite(loss) & torch.isfinite(grad.sum())
         self.bad += ~ok
         if self.config.grad_clip:
             clip_gradient([grad], self.config.grad_clip, on_device=True)
-        self.optimizer.step(rows, grad, ok)
+        self.optimizer.step(rows, grad, ok, weights=sub.detach())
         return torch.where(ok, loss.detach(), 0)
 
     def update(self, mb: MegaBatch, lo: int, hi: int) -> float | torch.Tensor | None:

@@ -87,7 +87,8 @@ def brute_force_allowed(sents, x: int, bitext: bool) -> list[int]:
 @pytest.mark.parametrize("bitext", [False, True])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("listed", [True, False])  # forbidden pairs listed, or compared by group per block
-def test_mined_negative_is_the_brute_force_argmax(bitext, precision, listed, monkeypatch):
+@pytest.mark.parametrize("chunk", [5, 8, 64])  # blocks ending past n, on n, and one block for all
+def test_mined_negative_is_the_brute_force_argmax(bitext, precision, listed, chunk, monkeypatch):
     if not listed:
         monkeypatch.setattr(train, "MAX_LISTED_COPIES", 0)
     n = 23
@@ -95,7 +96,7 @@ def test_mined_negative_is_the_brute_force_argmax(bitext, precision, listed, mon
     vectors = torch.randn(2 * n, 12, generator=torch.Generator().manual_seed(1))
     dtype = torch.float32 if precision == "fp32" else torch.bfloat16
     groups = train.sentence_groups(ids, offsets)
-    got = train.mine_hardest(vectors, groups, bitext, dtype, chunk=5).tolist()
+    got = train.mine_hardest(vectors, groups, bitext, dtype, chunk=chunk).tolist()
     unit = torch.nn.functional.normalize(vectors.double(), dim=1)
     cos = (unit @ unit.T).numpy()
     for x in range(2 * n):
