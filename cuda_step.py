@@ -10,7 +10,6 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 
@@ -48,27 +47,38 @@ def distinct_rows(ids: torch.Tensor, spare: int, size: int, real: torch.Tensor |
     return Distinct(rows, torch.empty_like(slot).scatter_(0, order, slot), order, starts)
 
 
-class _GatherRows(torch.autograd.Function):
-    """sub[local], whose gradient sums each row's ids in the sorted order (segment sums, one thread a row and
-    column) instead of index_add_'s atomics: the same bits every run, and no queue of filler adds on one row."""
+class _BagSums(torch.autograd.Function):
+    """Each bag's sum of the rows of `sub` its ids name (ids [bounds[b], bounds[b + 1]) as `local` slots), with
+    dropout `p` on those rows. The gradient of a distinct row sums its ids' bags' gradients in the sorted order
+    (`order`, segment `starts`): gathered straight in that order from the bags' gradients, not spread over the ids
+    and then permuted (two passes over an ids x dim tensor fewer), in one fixed order (the same bits every run, no
+    atomics)."""
 
     @staticmethod
-    def forward(ctx, sub: torch.Tensor, local: torch.Tensor, order: torch.Tensor, starts: torch.Tensor):
-        ctx.save_for_backward(order, starts)
-        return sub.index_select(0, local)
+    def forward(ctx, sub, local, order, starts, bounds, p: float):
+        rows = sub.index_select(0, local)
+        mask = None
+        if p > 0:
+            rows, mask = torch.native_dropout(rows, p, True)
+        owner = (torch.searchsorted(bounds, order, right=True) - 1).clamp_(0, len(bounds) - 2)  # each id's bag
+        ctx.save_for_backward(owner, order, starts, mask)
+        ctx.p = p
+        return torch.segment_reduce(rows, "sum", offsets=bounds, unsafe=True)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        order, starts = ctx.saved_tensors
-        return torch.segment_reduce(grad.index_select(0, order), "sum", offsets=starts, unsafe=True), None, None, None
+        owner, order, starts, mask = ctx.saved_tensors
+        spread = grad.index_select(0, owner)  # each id's gradient, in the sorted order; padding ids are in no segment
+        if mask is not None:
+            spread = torch.ops.aten.native_dropout_backward(spread, mask.index_select(0, order), 1 / (1 - ctx.p))
+        return torch.segment_reduce(spread, "sum", offsets=starts, unsafe=True), None, None, None, None, None
 
 
 def segment_mean(sub: torch.Tensor, distinct: Distinct, bounds: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
     """The mean of each bag of rows of `sub` (the distinct rows' vectors): bag b holds ids [bounds[b], bounds[b +
     1]); ids past bounds[-1] (padding) are read by none. mean_pool's result, by segment sums in a fixed order both
     ways, with nothing read back to the host."""
-    rows = F.dropout(_GatherRows.apply(sub, *distinct[1:]), p=dropout, training=dropout > 0)
-    sums = torch.segment_reduce(rows, "sum", offsets=bounds, unsafe=True)
+    sums = _BagSums.apply(sub, *distinct[1:], bounds, dropout)
     return sums / torch.diff(bounds).clamp_min(1).unsqueeze(1).to(sums.dtype)
 
 

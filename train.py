@@ -46,7 +46,8 @@ from paraphrastic.distill import DistillStream, contrastive_loss, distill_loss, 
 from paraphrastic.distributed import ALONE, Ranks
 from paraphrastic.encoders import bag_owners
 from paraphrastic.fileio import Error, InputError, atomic_output, lock_folder, reporting_full_disk
-from paraphrastic.models import Bags, Model, native_bf16, resolve_device
+from paraphrastic.models import Bags, Model, resolve_device
+from paraphrastic.negatives import mine_hardest, mining_dtype, sentence_groups
 from paraphrastic.optim import LazyAdam, all_finite, clip_gradient
 from paraphrastic.pairs import PairData, PairSampler
 from paraphrastic.resume import (
@@ -59,10 +60,6 @@ from paraphrastic.resume import (
 from paraphrastic.run_setup import start_run, warn_if_grouped
 from paraphrastic.train_config import Config, check_inputs, parse_args
 
-MINE_CHUNK = 2048  # rows per similarity block when mining (measured best of 2048-6400)
-MINE_CHUNK_CUDA = 8192  # on a GPU: a block of bf16 similarities is 128 MiB, and a mega-batch of 100 x 512 pairs
-# takes 91 blocks for paraphrases where 2048 took 1,275, each with its launches
-MAX_LISTED_COPIES = 64  # copies of one sentence in a mega-batch past which forbidden pairs are not listed
 SYNC_FREE_ON_CPU = False  # tests set it to run the GPU's step (no waits on the device) on a CPU
 EMBED_CHUNK = 8192  # sentences embedded at once when mining (bounds an LSTM's padded batch)
 
@@ -75,136 +72,6 @@ def megabatch_size_at(step: int, max_size: int, anneal: int) -> int:
     if anneal <= 0:
         return max_size
     return min(max_size, 1 + step // anneal)
-
-
-def sentence_groups(ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """A group number per sentence; sentences share one exactly when their id sequences are equal."""
-    lengths, owner = bag_owners(len(ids), offsets)
-    position = torch.arange(len(ids), device=ids.device) - offsets[owner]
-    gen = torch.Generator().manual_seed(12345)
-    weights = torch.randint(1, 2**62, (int(lengths.max()) + 1,), generator=gen).to(ids.device) | 1
-    mixed = (ids + 1) * weights[position]  # int64 arithmetic wraps: a polynomial hash of the sequence
-    hashes = torch.zeros(len(offsets), dtype=torch.int64, device=ids.device).index_add_(0, owner, mixed)
-    hashes = hashes * 1_000_003 + lengths
-    return torch.unique(hashes, return_inverse=True)[1]
-
-
-def forbidden_pairs(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(anchor, candidate) index pairs that may never be a negative; sentences 0..n-1 are sources and
-    n..2n-1 their partners. Candidate y is forbidden for anchor x when y is a copy of x or of x's
-    partner, or y's partner is a copy of x (y is a known paraphrase). The relation is symmetric."""
-    n2 = len(groups)
-    partner = (torch.arange(n2, device=groups.device) + n2 // 2) % n2
-    order = torch.argsort(groups, stable=True)
-    counts = torch.bincount(groups)
-    starts = torch.cumsum(counts, 0) - counts
-
-    def members(anchors: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        c = counts[keys]
-        rows = torch.repeat_interleave(anchors, c)
-        shift = torch.repeat_interleave(torch.cumsum(c, 0) - c - starts[keys], c)
-        return rows, order[torch.arange(len(rows), device=groups.device) - shift]
-
-    everyone = torch.arange(n2, device=groups.device)
-    same_x, copy_x = members(everyone, groups)  # y is a copy of x
-    same_p, copy_p = members(everyone, groups[partner])  # y is a copy of x's partner
-    rows = torch.cat([same_x, same_p, copy_p])  # and the transpose: y's partner is a copy of x
-    cols = torch.cat([copy_x, copy_p, same_p])
-    return rows, cols
-
-
-@torch.no_grad()
-def mine_hardest(
-    vectors: torch.Tensor,
-    groups: torch.Tensor,
-    bitext: bool,
-    dtype: torch.dtype = torch.bfloat16,
-    chunk: int | None = None,
-) -> torch.Tensor:
-    """Index of the hardest allowed negative of each of the 2n sentences (-1 where none is allowed).
-
-    With bitext a source's candidates are the targets and vice versa; otherwise every sentence. The
-    cosine matrix is computed in blocks of `chunk` rows (default MINE_CHUNK, MINE_CHUNK_CUDA on a GPU) as
-    matrix products in `dtype`; each block serves both its rows and (by symmetry) its columns, so no pair
-    of blocks is computed twice. Ties go to the first index. The blocks ask the device nothing back (their
-    forbidden pairs are found by one read for all of them), so a GPU runs them without waiting on the host.
-    """
-    n2 = len(vectors)
-    n = n2 // 2
-    chunk = chunk or (MINE_CHUNK_CUDA if vectors.is_cuda else MINE_CHUNK)
-    unit = F.normalize(vectors.float(), dim=1).to(dtype)
-    if bitext:  # sources x targets: every block
-        starts = range(0, n, chunk)
-        blocks = [(a, min(a + chunk, n), n + b, min(n + b + chunk, n2)) for a in starts for b in starts]
-    else:  # all x all: the upper triangle of blocks
-        starts = range(0, n2, chunk)
-        blocks = [(a, min(a + chunk, n2), b, min(b + chunk, n2)) for i, a in enumerate(starts) for b in starts[i:]]
-    copies = int(torch.bincount(groups).max()) if n2 else 0
-    if copies > MAX_LISTED_COPIES:  # listing the pairs would take copies^2 memory: compare groups per block
-        partner_groups = groups[(torch.arange(n2, device=groups.device) + n) % n2]
-    else:
-        bad_rows, bad_cols, spans = pairs_by_block(*forbidden_pairs(groups), blocks, chunk, n if bitext else 0)
-    best = torch.full((n2,), -math.inf, device=vectors.device)
-    arg = torch.full((n2,), -1, dtype=torch.int64, device=vectors.device)
-
-    def update(lo: int, hi: int, values: torch.Tensor, where: torch.Tensor) -> None:
-        values = values.float()
-        better = values > best[lo:hi]
-        best[lo:hi] = torch.where(better, values, best[lo:hi])
-        arg[lo:hi] = torch.where(better, where, arg[lo:hi])
-
-    for k, (r0, r1, c0, c1) in enumerate(blocks):
-        sim = unit[r0:r1] @ unit[c0:c1].T
-        if copies > MAX_LISTED_COPIES:  # forbidden_pairs' relation, by group numbers
-            rows, cols = groups[r0:r1, None], groups[None, c0:c1]
-            sim.masked_fill_(
-                (rows == cols) | (partner_groups[r0:r1, None] == cols) | (rows == partner_groups[None, c0:c1]),
-                -math.inf,
-            )
-        else:
-            lo, hi = spans[k]
-            sim[bad_rows[lo:hi] - r0, bad_cols[lo:hi] - c0] = -math.inf
-        values, where = sim.max(dim=1)
-        update(r0, r1, values, where + c0)
-        if r0 != c0:
-            values, where = column_max(sim)
-            update(c0, c1, values, where + r0)
-    return torch.where(best > -math.inf, arg, -1)
-
-
-def pairs_by_block(
-    rows: torch.Tensor, cols: torch.Tensor, blocks: list[tuple[int, int, int, int]], chunk: int, col0: int
-) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
-    """The pairs (rows, cols) sorted by the block of mine_hardest's that holds them (columns counted from `col0`),
-    and each block's [start, end) in them, read back once for all the blocks. Pairs in no block are in no span:
-    their mirror image is in one."""
-    if not blocks:
-        return rows, cols, []
-    side = -(-blocks[-1][3] // chunk) + 1  # more than the column blocks either way from col0
-    key = (rows // chunk) * (2 * side) + (cols - col0).div(chunk, rounding_mode="floor") + side
-    key = torch.where(rows < blocks[-1][1], key, -1)  # rows past the blocks' (bitext's targets) are in none
-    key, order = torch.sort(key, stable=True)
-    wanted = torch.tensor([(r0 // chunk) * (2 * side) + (c0 - col0) // chunk + side for r0, _, c0, _ in blocks],
-                          dtype=key.dtype, device=key.device)  # fmt: skip
-    spans = torch.stack([torch.searchsorted(key, wanted), torch.searchsorted(key, wanted, right=True)], 1)
-    return rows[order], cols[order], spans.tolist()
-
-
-def column_max(sim: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """sim.max(dim=0): each column's maximum and the first row holding it, without asking the device how many
-    rows hold it (a GPU then never waits on the host); on CPUs about as fast as a nonzero of the maxima, and
-    several times faster than torch's indexed max along dim 0."""
-    values = sim.amax(dim=0)
-    small = torch.int16 if len(sim) < 2**15 else torch.int32  # the narrower, the less memory the comparison moves
-    rows = torch.arange(len(sim), dtype=small, device=sim.device).unsqueeze(1)
-    return values, torch.where(sim == values, rows, len(sim)).amin(dim=0).long()
-
-
-def mining_dtype(precision: str, device: torch.device) -> torch.dtype:
-    """The dtype of the mining products: --mine-precision, with auto meaning bf16 only where it is native."""
-    if precision == "auto":
-        return torch.bfloat16 if native_bf16(device) else torch.float32
-    return torch.bfloat16 if precision == "bf16" else torch.float32
 
 
 def margin_loss(

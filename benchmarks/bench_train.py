@@ -32,7 +32,7 @@ import sentencepiece as spm
 import torch
 from common import machine_header
 
-from paraphrastic import shards, train
+from paraphrastic import negatives, shards, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,14 +91,14 @@ RSS_WRAPPER = (
 def matmul_rate(threads: int, dtype: torch.dtype = torch.float32) -> float:
     """FLOP/s of a matrix product of the mining's block shape (MINE_CHUNK rows of both sides) in `dtype`."""
     torch.set_num_threads(threads)
-    a, b = torch.randn(train.MINE_CHUNK, DIM, dtype=dtype), torch.randn(train.MINE_CHUNK, DIM, dtype=dtype)
-    out = torch.empty(train.MINE_CHUNK, train.MINE_CHUNK, dtype=dtype)
+    a, b = torch.randn(negatives.MINE_CHUNK, DIM, dtype=dtype), torch.randn(negatives.MINE_CHUNK, DIM, dtype=dtype)
+    out = torch.empty(negatives.MINE_CHUNK, negatives.MINE_CHUNK, dtype=dtype)
     for _ in range(3):
         torch.mm(a, b.T, out=out)
     runs, start = 10, time.perf_counter()
     for _ in range(runs):
         torch.mm(a, b.T, out=out)
-    return 2 * train.MINE_CHUNK**2 * DIM * runs / (time.perf_counter() - start)
+    return 2 * negatives.MINE_CHUNK**2 * DIM * runs / (time.perf_counter() - start)
 
 
 def mining_bound(rate: float, m: int, bitext: bool, batch: int = BATCH) -> float:
@@ -134,7 +134,7 @@ def throughput(
                     else ""
                 )
             )
-    dtype = train.mining_dtype("auto", torch.device("cpu"))
+    dtype = negatives.mining_dtype("auto", torch.device("cpu"))
     print(f"  (train.py's default --mine-precision auto mines in {str(dtype).removeprefix('torch.')} on this CPU)")
 
 
@@ -148,9 +148,9 @@ def mining(threads: int) -> None:
             2 * DIM * (n * n if bitext else 2 * n * n)
         )  # bitext: one n x n product; paraphrase: the 2n x 2n triangle
         for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
-            train.mine_hardest(vectors[: 2 * 2048], groups[: 2 * 2048], bitext, dtype)  # warm-up
+            negatives.mine_hardest(vectors[: 2 * 2048], groups[: 2 * 2048], bitext, dtype)  # warm-up
             start = time.perf_counter()
-            train.mine_hardest(vectors, groups, bitext, dtype)
+            negatives.mine_hardest(vectors, groups, bitext, dtype)
             took = time.perf_counter() - start
             pool = "bitext" if bitext else "paraphrase"
             print(f"  {pool:10s} {name}: {took:6.2f} s per mega-batch of {n} pairs ({flops / took / 1e9:5.0f} GFLOP/s)")
@@ -204,9 +204,11 @@ def main() -> None:
     print(machine_header())
     print(f"torch {torch.__version__}, {threads} threads; dim {DIM}, {VOCAB} pieces, batch {BATCH}, M = {M}")
     rate = matmul_rate(threads)
-    print(f"fp32 matrix products ({train.MINE_CHUNK} x {DIM} by {DIM} x {train.MINE_CHUNK}): {rate / 1e9:.0f} GFLOP/s")
+    print(
+        f"fp32 matrix products ({negatives.MINE_CHUNK} x {DIM} by {DIM} x {negatives.MINE_CHUNK}): {rate / 1e9:.0f} GFLOP/s"
+    )
     own_rate = None
-    if train.mining_dtype("auto", torch.device("cpu")) == torch.bfloat16:  # the bound at the precision it mines in
+    if negatives.mining_dtype("auto", torch.device("cpu")) == torch.bfloat16:  # the bound at the precision it mines in
         own_rate = matmul_rate(threads, torch.bfloat16)
         print(f"bf16 matrix products (the same shape; train.py mines in bf16 here): {own_rate / 1e9:.0f} GFLOP/s")
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:

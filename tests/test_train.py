@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import ROOT, generated_sentences, sp_model
 
-from paraphrastic import cuda_step, models, run_setup, shards, static, train
+from paraphrastic import cuda_step, models, negatives, run_setup, shards, static, train
 from paraphrastic.pairs import PairData, PairSampler, ShardSet, shard_paths, tokenize_pairs
 
 
@@ -90,13 +90,13 @@ def brute_force_allowed(sents, x: int, bitext: bool) -> list[int]:
 @pytest.mark.parametrize("chunk", [5, 8, 64])  # blocks ending past n, on n, and one block for all
 def test_mined_negative_is_the_brute_force_argmax(bitext, precision, listed, chunk, monkeypatch):
     if not listed:
-        monkeypatch.setattr(train, "MAX_LISTED_COPIES", 0)
+        monkeypatch.setattr(negatives, "MAX_LISTED_COPIES", 0)
     n = 23
     sents, ids, offsets = random_megabatch(n, seed=7 + bitext)
     vectors = torch.randn(2 * n, 12, generator=torch.Generator().manual_seed(1))
     dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    groups = train.sentence_groups(ids, offsets)
-    got = train.mine_hardest(vectors, groups, bitext, dtype, chunk=chunk).tolist()
+    groups = negatives.sentence_groups(ids, offsets)
+    got = negatives.mine_hardest(vectors, groups, bitext, dtype, chunk=chunk).tolist()
     unit = torch.nn.functional.normalize(vectors.double(), dim=1)
     cos = (unit @ unit.T).numpy()
     for x in range(2 * n):
@@ -113,7 +113,7 @@ def test_mined_negative_is_the_brute_force_argmax(bitext, precision, listed, chu
 
 def test_sentence_groups_are_exact_sequence_equality():
     sents, ids, offsets = random_megabatch(40, seed=3)
-    groups = train.sentence_groups(ids, offsets).tolist()
+    groups = negatives.sentence_groups(ids, offsets).tolist()
     for i in range(len(sents)):
         for j in range(len(sents)):
             assert (groups[i] == groups[j]) == (sents[i] == sents[j])
@@ -530,6 +530,22 @@ def test_segment_mean_is_embedding_bags_mean_with_the_same_gradient():
     torch.testing.assert_close(g1, g2)
 
 
+def test_segment_mean_with_dropout_has_the_gradient_of_its_own_mask():
+    sub = torch.randn(6, 8, dtype=torch.float64, requires_grad=True)  # row 5: the spare
+    ids = torch.tensor([1, 4, 4, 2, 0, 3, 1, 5])
+    distinct = cuda_step.distinct_rows(ids, spare=5, size=6, real=torch.tensor(7))
+    bounds = torch.tensor([0, 3, 3, 7])
+    torch.manual_seed(3)
+    got = cuda_step.segment_mean(sub.index_select(0, distinct.rows), distinct, bounds, dropout=0.5)
+    (g1,) = torch.autograd.grad((got * torch.arange(8.0)).sum(), sub)
+    torch.manual_seed(3)  # the same mask, drawn by the same kernel, through autograd's own dropout gradient
+    rows, _ = torch.native_dropout(sub.index_select(0, distinct.rows).index_select(0, distinct.local), 0.5, True)
+    want = torch.segment_reduce(rows, "sum", offsets=bounds, unsafe=True) / torch.tensor([3.0, 1.0, 4.0])[:, None]
+    (g2,) = torch.autograd.grad((want * torch.arange(8.0)).sum(), sub)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(g1, g2)
+
+
 def test_the_step_that_never_waits_trains_as_the_other_does(pairs_file, sp_file, tmp_path, monkeypatch):
     """The GPU's step (fixed-size rows, gather and index_add pooling, flags and Adam's step count on the device):
     a CPU run of it ends near the usual step's weights (the sums' order differs), its padded form (what a CUDA graph
@@ -591,7 +607,7 @@ def test_many_copies_of_one_pair_mine_in_bounded_memory():
     group they are compared block by block, and nothing can be a negative."""
     n = 4_096
     ids, offsets = torch.tensor([5, 6, 7] * (2 * n)), torch.arange(0, 6 * n, 3)
-    groups = train.sentence_groups(ids, offsets)
+    groups = negatives.sentence_groups(ids, offsets)
     assert int(groups.max()) == 0
     vectors = torch.randn(2 * n, 8, generator=torch.Generator().manual_seed(0))
-    assert (train.mine_hardest(vectors, groups, bitext=False) == -1).all()
+    assert (negatives.mine_hardest(vectors, groups, bitext=False) == -1).all()
