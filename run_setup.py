@@ -8,6 +8,7 @@ import itertools
 import os
 import tempfile
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +165,14 @@ def load_init_model(path: Path | None, sp_model: Path | None) -> Model | None:
     return from_checkpoint(state, path)
 
 
+def resumed_threads(state: dict | None) -> int | None:
+    """The CPU threads of the run `state` saved (at most this machine's cores), for a resume given no --threads: a
+    CPU's sums and sentencepiece's training depend on the thread count, and the default count follows the load,
+    so the run's own count is what continues it exactly."""
+    saved = state["args"].get("threads") if state is not None else None
+    return min(saved, len(os.sched_getaffinity(0))) if saved else None
+
+
 def start_run(args: argparse.Namespace, device: str, ranks: Ranks) -> tuple:
     """(config, saved state or None, model, source of pairs, torch device) of the run in --output-dir: new, resumed
     (its settings and inputs checked against the saved run's) or from --init-from; rank 0 trains sentencepiece."""
@@ -178,7 +187,8 @@ def start_run(args: argparse.Namespace, device: str, ranks: Ranks) -> tuple:
     if state is not None:
         check_resume_args(config, state, out)
         check_inputs_unchanged(config, state, out)
-    threads = use_threads(config.threads)
+    threads = use_threads(config.threads or resumed_threads(state))
+    config = replace(config, threads=threads)  # saved with the run, for its resume
     with ranks.rank_zero_first(config) as setup:  # rank 0 trains sentencepiece, the others reuse it
         model, source = model_and_source(setup, state, out, threads, init)
     if len(source) < 2:

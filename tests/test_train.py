@@ -6,6 +6,7 @@ import gzip
 import itertools
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 import torch
 from conftest import ROOT, generated_sentences, sp_model
 
-from paraphrastic import cuda_step, models, negatives, run_setup, shards, static, train
+from paraphrastic import cuda_step, models, negatives, run_setup, shards, static, train, workers
 from paraphrastic.pairs import PairData, PairSampler, ShardSet, shard_paths, tokenize_pairs
 
 
@@ -569,6 +570,27 @@ def test_the_step_that_never_waits_trains_as_the_other_does(pairs_file, sp_file,
     assert train.main(tiny_args(pairs_file, sp_file, out, *common), on_step=stop) == 130
     assert train.main(tiny_args(pairs_file, sp_file, out, *common, "--resume")) == 0
     assert torch.equal(weights(out / "model.pt"), free)
+
+
+def test_a_resume_continues_with_the_thread_count_of_its_run(pairs_file, sp_file, tmp_path, monkeypatch):
+    """A CPU's sums depend on the thread count, and with no --threads the count follows the machine's load: a resume
+    given none continues with the count its run started with, so it ends where the uninterrupted run does however
+    busy the machine was at either moment."""
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2:
+        pytest.skip("one core: every run has one thread")
+    args = tiny_args(pairs_file, sp_file, tmp_path / "killed", "--max-steps", "12", "--save-every", "4")
+    args = args[: args.index("--threads")] + args[args.index("--threads") + 2 :]  # the default: the idle cores
+    monkeypatch.setattr(workers, "busy_cores", lambda: cores - 1)  # a busy machine: one thread
+    stop = lambda t: t.step == 6 and setattr(t, "stop_requested", True)  # noqa: E731
+    assert train.main(args, on_step=stop) == 130
+    monkeypatch.setattr(workers, "busy_cores", lambda: 0)  # idle now: the default would be every core
+    seen = []
+    assert train.main([*args, "--resume"], on_step=lambda t: seen.append(torch.get_num_threads())) == 0
+    assert set(seen) == {1}
+    straight = tiny_args(pairs_file, sp_file, tmp_path / "straight", "--max-steps", "12", "--save-every", "4")
+    assert train.main(straight) == 0  # --threads 1
+    assert torch.equal(weights(tmp_path / "killed" / "model.pt"), weights(tmp_path / "straight" / "model.pt"))
 
 
 def nan_loss_at(call: int):
