@@ -170,7 +170,7 @@ def resumed_threads(state: dict | None) -> int | None:
     CPU's sums and sentencepiece's training depend on the thread count, and the default count follows the load,
     so the run's own count is what continues it exactly."""
     saved = state["args"].get("threads") if state is not None else None
-    return min(saved, len(os.sched_getaffinity(0))) if saved else None
+    return min(saved, len(os.sched_getaffinity(0))) if isinstance(saved, int) and saved > 0 else None
 
 
 def start_run(args: argparse.Namespace, device: str, ranks: Ranks) -> tuple:
