@@ -70,7 +70,7 @@ jobs = workers.Workers.map
 workers.Workers.map = lambda self, fn, todo: first.append(time.perf_counter()) or jobs(self, fn, todo)
 cpu, wall = time.process_time(), time.perf_counter()
 model.encode(lines)
-print(time.perf_counter() - wall, time.process_time() - cpu, first[0] - wall)
+print(time.perf_counter() - wall, time.process_time() - cpu, first[0] - wall, len(lines))
 """
 
 
@@ -104,8 +104,8 @@ def main() -> None:
                   f"core); from the workers' exit to the command's: {ending:.2f} s", flush=True)  # fmt: skip
         done = subprocess.run([sys.executable, "-c", ENCODE, str(text), str(args.encode), str(args.threads)],
                               capture_output=True, text=True, check=True)  # fmt: skip
-        wall, cpu, before = map(float, done.stdout.split())
-        print(f"model.encode, {args.encode:,} sentences, {args.threads} workers: {wall:.2f} s, the caller {cpu:.2f} s of "
+        wall, cpu, before, count = map(float, done.stdout.split())  # count: at most --lines, the file's
+        print(f"model.encode, {count:,.0f} sentences, {args.threads} workers: {wall:.2f} s, the caller {cpu:.2f} s of "
               f"CPU ({cpu / wall:.1%} of a core), {before:.2f} s before its first job (the workers wait)")  # fmt: skip
 
 
