@@ -126,11 +126,13 @@ def pairs_by_block(
     if not blocks:
         return rows, cols, []
     side = -(-blocks[-1][3] // chunk) + 1  # more than the column blocks either way from col0
-    key = (rows // chunk) * (2 * side) + (cols - col0).div(chunk, rounding_mode="floor") + side
-    key = torch.where(rows < blocks[-1][1], key, -1)  # rows past the blocks' (bitext's targets) are in none
+
+    def block(r, c):  # the number of the block that holds row r and column c (ints or tensors: // floors both)
+        return (r // chunk) * (2 * side) + (c - col0) // chunk + side
+
+    key = torch.where(rows < blocks[-1][1], block(rows, cols), -1)  # rows past the blocks' (bitext's targets): none
     key, order = torch.sort(key, stable=True)
-    wanted = torch.tensor([(r0 // chunk) * (2 * side) + (c0 - col0) // chunk + side for r0, _, c0, _ in blocks],
-                          dtype=key.dtype, device=key.device)  # fmt: skip
+    wanted = torch.tensor([block(r0, c0) for r0, _, c0, _ in blocks], dtype=key.dtype, device=key.device)
     spans = torch.stack([torch.searchsorted(key, wanted), torch.searchsorted(key, wanted, right=True)], 1)
     return rows[order], cols[order], spans.tolist()
 

@@ -275,6 +275,8 @@ def main() -> None:
     runs = [(BATCH, 100, 1500), (BATCH, 10, 400), (512, 100, 400), (1024, 100, 200)] if full else [(BATCH, 2, 4)]
     profiled = [(BATCH, 100, "bitext"), (512, 100, "paraphrase")] if full else [(BATCH, 2, "bitext")]
     parts = set(args.parts.split(","))
+    if parts - set(PARTS):
+        p.error(f"--parts: no part named {', '.join(sorted(parts - set(PARTS)))}; the parts: {', '.join(PARTS)}")
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         folder = Path(tmp)
         dim = DIM if full else 64
