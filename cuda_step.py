@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
 
@@ -50,27 +51,30 @@ def distinct_rows(ids: torch.Tensor, spare: int, size: int, real: torch.Tensor |
 class _BagSums(torch.autograd.Function):
     """Each bag's sum of the rows of `sub` its ids name (ids [bounds[b], bounds[b + 1]) as `local` slots), with
     dropout `p` on those rows. The gradient of a distinct row sums its ids' bags' gradients in the sorted order
-    (`order`, segment `starts`): gathered straight in that order from the bags' gradients, not spread over the ids
-    and then permuted (two passes over an ids x dim tensor fewer), in one fixed order (the same bits every run, no
-    atomics)."""
+    (`order`, segment `starts`), in one fixed order (the same bits every run, no atomics). Without dropout both ways
+    are one embedding_bag, which reads the rows where they lie: no ids x dim tensor is written, where a gather then
+    a segment sum wrote and read one (the same sums in the same order: the same bits)."""
 
     @staticmethod
     def forward(ctx, sub, local, order, starts, bounds, p: float):
-        rows = sub.index_select(0, local)
-        mask = None
+        owner = torch.searchsorted(bounds, order, right=True) - 1  # each id's bag; padding's: the bag past the last
+        ctx.p, mask = p, None
         if p > 0:
-            rows, mask = torch.native_dropout(rows, p, True)
-        owner = (torch.searchsorted(bounds, order, right=True) - 1).clamp_(0, len(bounds) - 2)  # each id's bag
+            rows, mask = torch.native_dropout(sub.index_select(0, local), p, True)
+            sums = torch.segment_reduce(rows, "sum", offsets=bounds, unsafe=True)
+        else:  # the ids past bounds[-1] make one more bag, the padding's, dropped
+            sums = F.embedding_bag(local, sub, bounds, mode="sum")[:-1]
         ctx.save_for_backward(owner, order, starts, mask)
-        ctx.p = p
-        return torch.segment_reduce(rows, "sum", offsets=bounds, unsafe=True)
+        return sums
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         owner, order, starts, mask = ctx.saved_tensors
-        spread = grad.index_select(0, owner)  # each id's gradient, in the sorted order; padding ids are in no segment
-        if mask is not None:
-            spread = torch.ops.aten.native_dropout_backward(spread, mask.index_select(0, order), 1 / (1 - ctx.p))
+        grad = F.pad(grad, (0, 0, 0, 1))  # the padding's bag: no gradient
+        if mask is None:  # slot k: ids [starts[k], starts[k + 1]); the last slot's bag runs on into the padding
+            return F.embedding_bag(owner, grad, starts[:-1], mode="sum"), None, None, None, None, None
+        spread = grad.index_select(0, owner)  # each id's gradient, in the sorted order
+        spread = torch.ops.aten.native_dropout_backward(spread, mask.index_select(0, order), 1 / (1 - ctx.p))
         return torch.segment_reduce(spread, "sum", offsets=starts, unsafe=True), None, None, None, None, None
 
 

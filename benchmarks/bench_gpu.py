@@ -211,18 +211,19 @@ def equality(folder: Path, data: Path, device: str, updates: int, pairs: int | N
         tables[where] = [line for line in done.stdout.splitlines() if "evaluated in" not in line]
     print(f"  evaluate ({tasks}): {device} table equal to cpu's: {tables[device] == tables['cpu']}")
     dev = data / "sts" / "en" / "stsb" / "dev.tsv"
-    figures = {}
+    figures, sp = {}, []  # sentencepiece trained once, by the first run: the others take its model
     for where in dict.fromkeys([device, "cpu"]):
         out = folder / f"short-{where}"
         run(BIN / "paraphrastic-train", "--train-file", pairs, "--output-dir", out, "--dim", 128, "--vocab-size", vocab,
             "--batch-size", 128, "--megabatch-size", 1, "--max-steps", updates, "--save-every", updates, "--dev-file", dev,
-            "--device", where, "--seed", 1, "--threads", 2)  # fmt: skip
+            "--device", where, "--seed", 1, "--threads", 2, *sp)  # fmt: skip
+        sp = sp or ["--sp-model", out / "sp.model"]
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         figures[where] = [r for r in records if r["event"] == "dev"][-1]["mean"]
     print(f"  short training run ({updates} updates, dim 128, M = 1): STSb dev Pearson {device} {figures[device]:.2f}, "
           f"cpu {figures['cpu']:.2f}")  # fmt: skip
     # a CPU's sums follow the thread count, and the default count follows the machine's load: fixed here
-    common = ["--train-file", pairs, "--dim", 128, "--vocab-size", vocab, "--batch-size", 128, "--megabatch-size", 10,
+    common = ["--train-file", pairs, *sp, "--dim", 128, "--batch-size", 128, "--megabatch-size", 10,
               "--megabatch-anneal", 0, "--save-every", updates // 6, "--device", device, "--seed", 1, "--threads", 2]  # fmt: skip
     half, quarter = updates // 2, updates // 4
     run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "straight", "--max-steps", half)
