@@ -34,24 +34,31 @@ def is_utf8(raw: bytes) -> bool:
 
 def test_text_reader_on_arbitrary_bytes(tmp_path):
     """One line per LF (a CR before it dropped), invalid UTF-8 replaced and counted, or under --strict
-    an InputError naming the first bad line; the line count agrees with count_lines."""
+    an InputError naming the first bad line; the line count agrees with count_lines. Bytes that open with a known
+    format's magic number or hold many NULs are refused as a whole, naming what they are."""
     path = tmp_path / "fuzz.txt"
 
     @FUZZ
     @given(messy_bytes, st.integers(1, 7), st.booleans())
+    @example(b"%PDF", 1, False)  # once drawn by chance: plain text that opens with a PDF's magic number
+    @example(b"a\x00" * 9 + b"\n", 2, True)
     def check(data, chunk_lines, strict):
         path.write_bytes(data)
         raw = data.split(b"\n")
         if raw[-1] == b"":
             raw.pop()
         bad = [i + 1 for i, line in enumerate(raw) if not is_utf8(line)]
+        kind = fileio.binary_kind(data[:8192])  # a magic number ("%PDF") or many NULs: refused as a whole
         stats: dict = {}
         try:
             got = [line for chunk in iter_line_chunks(path, chunk_lines, strict, stats) for line in chunk]
         except InputError as e:
-            assert strict and bad and str(e).startswith(f"{path}:{bad[0]}: invalid UTF-8"), str(e)
+            if kind:
+                assert str(e) == f"{path}: {kind}, not text: give UTF-8 text, one sentence per line"
+            else:
+                assert strict and bad and str(e).startswith(f"{path}:{bad[0]}: invalid UTF-8"), str(e)
             return
-        assert not (strict and bad)
+        assert not kind and not (strict and bad)
         assert got == [line.decode("utf-8", "replace").removesuffix("\r") for line in raw]
         assert stats["invalid_utf8_lines"] == len(bad) and count_lines(path) == len(got)
 
