@@ -1,5 +1,5 @@
 """A training step that never waits on the GPU and wastes no work on filler: each mini-batch's ids and distinct
-rows in slots sized from counts made once a mega-batch (distinct_rows, slots), pooling and its gradient as segment
+rows in slots sized from counts made once a mega-batch (distinct_rows, slots), pooling and its gradient as bag
 sums in one fixed order (segment_mean: the same bits every run, no atomics queueing on a filler row), one layout of
 a mini-batch for the device, its graph and the host (minibatch_sentences), and the step recorded once per shape as a
 CUDA graph and replayed (GraphedSteps)."""
@@ -80,7 +80,7 @@ class _BagSums(torch.autograd.Function):
 
 def segment_mean(sub: torch.Tensor, distinct: Distinct, bounds: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
     """The mean of each bag of rows of `sub` (the distinct rows' vectors): bag b holds ids [bounds[b], bounds[b +
-    1]); ids past bounds[-1] (padding) are read by none. mean_pool's result, by segment sums in a fixed order both
+    1]); ids past bounds[-1] (padding) are read by none. mean_pool's result, by bag sums in a fixed order both
     ways, with nothing read back to the host."""
     sums = _BagSums.apply(sub, *distinct[1:], bounds, dropout)
     return sums / torch.diff(bounds).clamp_min(1).unsqueeze(1).to(sums.dtype)
