@@ -5,7 +5,8 @@
 train.py's step that never waits on the device (fixed shapes, what a CUDA graph records; train.SYNC_FREE_ON_CPU),
 run on the CPU at dim 1024, 50,000 pieces, batch 128, bitext pool, on a synthetic shard. A CPU's pairs/s is no GPU's:
 it counts the work a step does (rows gathered, pooled and updated), which the GPU's step time follows too. Run it
-on two commits to compare them. Where the step sizes its slots per mini-batch, it also prints how full they are.
+on two commits to compare them. Where the step sizes its slots per mini-batch, it also prints how full they are,
+and it prints the ops a step dispatches, views aside: on a GPU each is a kernel, a node of the step's CUDA graph.
 """
 
 from __future__ import annotations
@@ -19,8 +20,21 @@ from pathlib import Path
 import torch
 from bench_train import BATCH, DIM, word_sentencepiece, write_synthetic_shard
 from common import machine_header
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from paraphrastic import cuda_step, train
+
+
+class OpCount(TorchDispatchMode):
+    """The aten ops dispatched while it is entered, views aside (they launch nothing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += not (func.is_view or func is torch.ops.aten._unsafe_view.default)
+        return func(*args, **(kwargs or {}))
 
 
 def main() -> None:
@@ -42,6 +56,14 @@ def main() -> None:
             return found
 
         cuda_step.GraphedSteps.counts = counted
+    step_ops, run = [], cuda_step.GraphedSteps.run
+
+    def counted_run(self):
+        with OpCount() as count:
+            run(self)
+        step_ops.append(count.ops)
+
+    cuda_step.GraphedSteps.run = counted_run
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         sp = word_sentencepiece(tmp)
@@ -55,7 +77,8 @@ def main() -> None:
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rates = [r["pairs_per_s"] for r in records if r["event"] == "train"][1:]
     print(f"the GPU's step on this CPU, dim {DIM}, batch {BATCH}, M = {args.megabatch}, bitext: "
-          f"{sum(rates) / len(rates):,.0f} pairs/s (mean of {len(rates)} log windows after the first)")  # fmt: skip
+          f"{sum(rates) / len(rates):,.0f} pairs/s (mean of {len(rates)} log windows after the first); "
+          f"{step_ops[-1]} ops a step (kernels on a GPU)")  # fmt: skip
     if filled:
         ids, id_slots, rows, row_slots = (sum(column) for column in zip(*filled, strict=True))
         print(f"slots of {len(filled)} mini-batches: {ids / len(filled):,.0f} ids in {id_slots / len(filled):,.0f} "
