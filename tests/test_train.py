@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import ROOT, generated_sentences, sp_model
 
 from paraphrastic import cuda_step, models, negatives, run_setup, shards, static, train, workers
@@ -60,6 +61,24 @@ def test_margin_loss_matches_hand_computation():
     valid = torch.tensor([1.0, 0.0, 1.0, 1.0])
     masked = train.margin_loss(src, tgt, neg_src, delta=0.4, valid_src=valid).item()
     assert masked == pytest.approx((sum(one_sided) - one_sided[1]) / 4, abs=1e-6)
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_margin_loss_is_the_cosine_similarity_form_bit_for_bit(symmetric):
+    """Each vector normalized once gives F.cosine_similarity's loss bit for bit, and its gradient to rounding; a zero
+    vector (an empty bag) has cosine 0 either way."""
+    vectors = torch.randn(4, 128, 64, generator=torch.Generator().manual_seed(5))
+    vectors[0, 3] = 0
+    vectors.requires_grad_()
+    src, tgt, neg_src, neg_tgt = vectors
+    valid = [(torch.arange(128) % 5 != 0).float(), (torch.arange(128) % 7 != 0).float()]
+    positive = F.cosine_similarity(src, tgt)
+    want = (0.4 - positive + F.cosine_similarity(src, neg_src)).clamp_min(0) * valid[0]
+    if symmetric:
+        want = want + (0.4 - positive + F.cosine_similarity(tgt, neg_tgt)).clamp_min(0) * valid[1]
+    got = train.margin_loss(src, tgt, neg_src, neg_tgt if symmetric else None, 0.4, *valid[: 1 + symmetric])
+    assert torch.equal(got, want.mean())
+    torch.testing.assert_close(*(torch.autograd.grad(loss, vectors)[0] for loss in (got, want.mean())))
 
 
 def random_megabatch(n: int, seed: int):
