@@ -85,8 +85,8 @@ def margin_loss(
 ) -> torch.Tensor:
     """Mean over pairs of [delta - cos(s, t) + cos(s, t')]_+, plus [delta - cos(s, t) + cos(t, s')]_+
     when `neg_tgt` is given (the symmetric form). Pairs whose negative is not valid add nothing. Every vector is
-    normalized once and both negatives' cosines come from one product (cosine_similarity's own values, in a third
-    of the kernels: a GPU's step at batch 128 is mostly tiny kernels)."""
+    normalized once and both negatives' cosines come from one product: cosine_similarity's own values in fewer
+    kernels, where a GPU's step at batch 128 is mostly tiny kernels."""
     parts = [src, tgt, neg_src] + ([] if neg_tgt is None else [neg_tgt])
     unit = F.normalize(torch.cat(parts), dim=1, eps=1e-8).view(len(parts), *src.shape)
     anchors = len(parts) - 2  # s, and t in the symmetric form
