@@ -74,25 +74,17 @@ def megabatch_size_at(step: int, max_size: int, anneal: int) -> int:
     return min(max_size, 1 + step // anneal)
 
 
-def margin_loss(
-    src: torch.Tensor,
-    tgt: torch.Tensor,
-    neg_src: torch.Tensor,
-    neg_tgt: torch.Tensor | None = None,
-    delta: float = 0.4,
-    valid_src: torch.Tensor | None = None,
-    valid_tgt: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Mean over pairs of [delta - cos(s, t) + cos(s, t')]_+, plus [delta - cos(s, t) + cos(t, s')]_+
-    when `neg_tgt` is given (the symmetric form). Pairs whose negative is not valid add nothing. Every vector is
-    normalized once and both negatives' cosines come from one product: cosine_similarity's own values in fewer
-    kernels, where a GPU's step at batch 128 is mostly tiny kernels."""
-    parts = [src, tgt, neg_src] + ([] if neg_tgt is None else [neg_tgt])
-    unit = F.normalize(torch.cat(parts), dim=1, eps=1e-8).view(len(parts), *src.shape)
-    anchors = len(parts) - 2  # s, and t in the symmetric form
+def margin_loss(vectors: torch.Tensor, valid: list[torch.Tensor | None], delta: float = 0.4) -> torch.Tensor:
+    """Mean over pairs of [delta - cos(s, t) + cos(s, t')]_+, plus [delta - cos(s, t) + cos(t, s')]_+ in the
+    symmetric form. `vectors`: the sources, their targets, then the sources' negatives and (symmetric form) the
+    targets' negatives, as many rows each; `valid`: per anchor (s, then t), 1 where its negative is allowed, 0 where
+    the pair adds nothing (None: all allowed). Every vector is normalized once and both negatives' cosines come from
+    one product: cosine_similarity's own values in fewer kernels, where a GPU's step at batch 128 is mostly tiny
+    kernels."""
+    anchors = len(valid)  # s, and t in the symmetric form
+    unit = F.normalize(vectors, dim=1, eps=1e-8).view(anchors + 2, -1, vectors.shape[1])
     positive = (unit[0] * unit[1]).sum(-1)
     loss = (delta - positive + (unit[:anchors] * unit[2:]).sum(-1)).clamp_min(0)  # a row per anchor
-    valid = [valid_src, valid_tgt][:anchors]
     if any(v is not None for v in valid):
         loss = loss * torch.stack([torch.ones_like(positive) if v is None else v for v in valid])
     return loss.sum(0).mean()
@@ -386,14 +378,9 @@ class Trainer:
         return loss.item()
 
     def margin(self, vectors: torch.Tensor, valid: list[torch.Tensor]) -> torch.Tensor:
-        """The weighted margin loss of a mini-batch's vectors: sources, targets, then their negatives' (one or two
-        groups of the mini-batch's size)."""
-        parts = vectors.split(len(valid[0]))
-        if self.config.one_sided:
-            loss = margin_loss(parts[0], parts[1], parts[2], None, self.config.delta, valid[0])
-        else:
-            loss = margin_loss(parts[0], parts[1], parts[2], parts[3], self.config.delta, valid[0], valid[1])
-        return self.config.margin_weight * loss
+        """The weighted margin loss of a mini-batch's vectors: sources, targets, then their negatives' (one group of
+        the mini-batch's size per entry of `valid`)."""
+        return self.config.margin_weight * margin_loss(vectors, valid, self.config.delta)
 
     def apply_on_device(self, loss: torch.Tensor, rows: torch.Tensor, sub: torch.Tensor) -> torch.Tensor:
         """The update of a step that never waits for the GPU, to the table's `rows`, gathered in `sub` (with their

@@ -55,11 +55,13 @@ def test_margin_loss_matches_hand_computation():
     # cos(s, t) = 1, 0, r, 1; cos(s, t') = 0, 1, -1, r; cos(t, s') = r, 1, r, -1
     one_sided = [max(0, 0.4 - 1 + 0), max(0, 0.4 - 0 + 1), max(0, 0.4 - r - 1), max(0, 0.4 - 1 + r)]
     other = [max(0, 0.4 - 1 + r), max(0, 0.4 - 0 + 1), max(0, 0.4 - r + r), max(0, 0.4 - 1 - 1)]
-    assert train.margin_loss(src, tgt, neg_src, delta=0.4).item() == pytest.approx(sum(one_sided) / 4, abs=1e-6)
-    both = train.margin_loss(src, tgt, neg_src, neg_tgt, delta=0.4).item()
+    assert train.margin_loss(torch.cat([src, tgt, neg_src]), [None], 0.4).item() == pytest.approx(
+        sum(one_sided) / 4, abs=1e-6
+    )
+    both = train.margin_loss(torch.cat([src, tgt, neg_src, neg_tgt]), [None, None], 0.4).item()
     assert both == pytest.approx((sum(one_sided) + sum(other)) / 4, abs=1e-6)
     valid = torch.tensor([1.0, 0.0, 1.0, 1.0])
-    masked = train.margin_loss(src, tgt, neg_src, delta=0.4, valid_src=valid).item()
+    masked = train.margin_loss(torch.cat([src, tgt, neg_src]), [valid], 0.4).item()
     assert masked == pytest.approx((sum(one_sided) - one_sided[1]) / 4, abs=1e-6)
 
 
@@ -76,7 +78,7 @@ def test_margin_loss_is_the_cosine_similarity_form_bit_for_bit(symmetric):
     want = (0.4 - positive + F.cosine_similarity(src, neg_src)).clamp_min(0) * valid[0]
     if symmetric:
         want = want + (0.4 - positive + F.cosine_similarity(tgt, neg_tgt)).clamp_min(0) * valid[1]
-    got = train.margin_loss(src, tgt, neg_src, neg_tgt if symmetric else None, 0.4, *valid[: 1 + symmetric])
+    got = train.margin_loss(vectors[: 3 + symmetric].flatten(0, 1), valid[: 1 + symmetric], 0.4)
     assert torch.equal(got, want.mean())
     torch.testing.assert_close(*(torch.autograd.grad(loss, vectors)[0] for loss in (got, want.mean())))
 
