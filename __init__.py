@@ -13,7 +13,7 @@ import sys
 
 from paraphrastic import workers
 from paraphrastic.checkpoint import read_checkpoint, static_from_checkpoint
-from paraphrastic.static import Encoding, model_path
+from paraphrastic.static import Encoding, existing_model
 
 __version__ = "0.2.0"
 __all__ = ["load_encoder", "load_model", "__version__"]
@@ -24,7 +24,7 @@ def load_encoder(path: str | os.PathLike | None = None, sp_model=None, device: s
     torch; anything else (other layouts, other encoders, a GPU, a file the torch-free reader does not take) through
     models.load_model. It lives here, above both readers, so that the torch-free one never imports the torch one."""
     if sp_model is None and device in (None, "cpu"):
-        file = model_path(path)
+        file = existing_model(path)
         state = read_checkpoint(file)
         if state is not None and (model := static_from_checkpoint(state, file)) is not None:
             return model

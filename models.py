@@ -55,12 +55,11 @@ from paraphrastic.encoders import (
 )
 from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output, install_hint
 from paraphrastic.static import (
-    SHIPPED,
     Encoding,
     Tokenizer,
+    existing_model,
     fill_empty,
     first_sentence,
-    model_path,
     offsets_of,
     sp_rows,
     text_slices,
@@ -578,15 +577,7 @@ def load_model(
     `sp_model` names its sentencepiece model), or a sentence-transformers / model2vec static-embedding
     folder with a sentencepiece model (import_folder; interop.py writes them). No path loads the shipped English model; the
     name "multilingual" (or "default"), when no such file exists, loads that shipped model."""
-    path = model_path(path)
-    if not path.exists():
-        if path in SHIPPED.values():
-            hint = " (the shipped model is not installed; pass a model file)"
-        else:
-            hint = f" (give a model file or folder, or a shipped model's name: {', '.join(SHIPPED)})"
-        raise ModelError(f"{path}: no such model file{hint}")
-    if not path.is_file() and not path.is_dir():
-        raise ModelError(f"{path}: {NOT_REGULAR}")
+    path = existing_model(path)
     if path.is_dir():
         return import_folder(path).to(resolve_device(device)).eval()
     state = _safe_load(path)

@@ -23,7 +23,7 @@ import numpy as np
 import sentencepiece as spm
 
 from paraphrastic import language, workers
-from paraphrastic.fileio import JOB_BYTES, ModelError, left_by_dead, write_npy_rows
+from paraphrastic.fileio import JOB_BYTES, NOT_REGULAR, ModelError, left_by_dead, write_npy_rows
 from paraphrastic.workers import Workers
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
@@ -473,6 +473,21 @@ def model_path(path: str | os.PathLike | None) -> Path:
     if str(path) in SHIPPED and not Path(path).exists():
         return SHIPPED[str(path)]
     return Path(path)
+
+
+def existing_model(path: str | os.PathLike | None) -> Path:
+    """model_path's file or folder, or a ModelError saying what to give instead: checked before any reader (and
+    torch) is loaded, so that a mistyped name is answered at once."""
+    path = model_path(path)
+    if not path.exists():
+        if path in SHIPPED.values():
+            hint = " (the shipped model is not installed; pass a model file)"
+        else:
+            hint = f" (give a model file or folder, or a shipped model's name: {', '.join(SHIPPED)})"
+        raise ModelError(f"{path}: no such model file{hint}")
+    if not path.is_file() and not path.is_dir():
+        raise ModelError(f"{path}: {NOT_REGULAR}")
+    return path
 
 
 def english_only(path: str | os.PathLike | None) -> bool:

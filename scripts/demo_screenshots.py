@@ -26,7 +26,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from paraphrastic.models import SHIPPED
+from paraphrastic.static import SHIPPED
 
 ROOT = Path(__file__).resolve().parents[1]
 MATCH_EN = [

@@ -81,8 +81,12 @@ def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tin
         score_sentence_pairs.main(["--sentence-pair-file", {str(tmp_path / "pairs.tsv")!r}, "--output-file",
                                    {str(tmp_path / "s.tsv")!r}, "--load-file", {str(tiny_model_file)!r}, "--quiet"])
         print("default", type(paraphrastic.load_encoder(None)).__name__)
+        try:
+            paraphrastic.load_encoder({str(tmp_path / "nope.pt")!r})
+        except paraphrastic.fileio.ModelError as e:
+            print("missing", e)
     """)
-    assert "default StaticModel" in out
+    assert "default StaticModel" in out and "nope.pt: no such model file" in out
     torch_model = models.load_model(tiny_model_file)
     from paraphrastic.fileio import read_lines
 
