@@ -20,10 +20,17 @@ from conftest import ROOT, generated_sentences, need, shared_data_or_skip
 
 from paraphrastic import interop, models, static, train
 
-sentence_transformers = need("sentence_transformers")
-model2vec = need("model2vec")
-need("safetensors")
-need("tokenizers")
+sentence_transformers = model2vec = None  # imported by `libraries` when the first test here runs
+
+
+@pytest.fixture(scope="module", autouse=True)
+def libraries() -> None:
+    """The interop extra's libraries, imported (or skipped) when the module's first test runs, not where the module
+    is collected: sentence-transformers takes seconds to import, and every xdist worker collects every module."""
+    global sentence_transformers, model2vec
+    sentence_transformers, model2vec = need("sentence_transformers"), need("model2vec")
+    need("safetensors"), need("tokenizers")
+
 
 LANGS = ("deu", "fra", "rus", "cmn", "ara")  # 100 English and 100 foreign Tatoeba lines each: 1,000 sentences
 
