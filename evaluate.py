@@ -40,6 +40,10 @@ ROOT = Path(__file__).resolve().parent
 DEFAULT_DATA = default_data_dir()
 TASKS = ("sts", "sts17", "stsb", "sick", "tatoeba", "pud", "flores")
 RETRIEVAL = ("tatoeba", "pud", "flores")
+FETCH = (
+    "fetch the sets into it with `python -m paraphrastic.preprocess.evaluation.download`, or pass --data-dir, "
+    "or set PARAPHRASTIC_DATA"
+)
 
 STS_YEARS = {
     "2012": ["MSRpar", "MSRvid", "SMTeuroparl", "OnWN", "SMTnews"],
@@ -518,6 +522,9 @@ def evaluate(
         missing = {k: v for k, v in results[task]["missing"].items() if k not in NOT_DISTRIBUTED}
         if strict and missing:
             raise InputError(f"{root}: {task}: missing {', '.join(missing)} (drop --require-all to skip them)")
+    if not any(r.get("sets") or r.get("langs") for r in results.values()):  # a wrong folder, not a partial one
+        raise InputError(f"{root}: none of the sets of {','.join(tasks)} is here (expected e.g. sts/en/stsb/dev.tsv; "
+                         f"{FETCH})")  # fmt: skip
     return results
 
 
@@ -569,10 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     """Load the model, run the tasks, print the tables and optionally write the JSON file."""
     args = parse_args(argv)
     if not args.data_dir.is_dir():
-        raise InputError(
-            f"{args.data_dir}: no such data folder (fetch the sets into it with `python -m "
-            "paraphrastic.preprocess.evaluation.download`, or pass --data-dir, or set PARAPHRASTIC_DATA)"
-        )
+        raise InputError(f"{args.data_dir}: no such data folder ({FETCH})")
     langs = chosen_langs(args.data_dir, args.langs)
     refuse_same_file(args.json, static.model_path(args.load_file), args.sp_model, args.data_dir)
     workers.use_threads(args.threads)

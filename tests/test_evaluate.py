@@ -305,7 +305,7 @@ def test_cli_missing_model_is_a_one_line_error(data_dir, tmp_path, capsys):
     assert err.startswith("error:") and "nope.pt" in err and err.count("\n") == 1
 
 
-def test_cli_missing_sets_fail_only_when_asked_for(tiny_model_file, data_dir, capsys):
+def test_cli_missing_sets_fail_only_when_asked_for(tiny_model_file, data_dir, tmp_path, capsys):
     base = ["--load-file", str(tiny_model_file), "--data-dir", str(data_dir)]
     assert evaluate.main(base + ["--tasks", "tatoeba", "--langs", "deu,xyz"]) == 2
     assert "xyz" in capsys.readouterr().err
@@ -313,6 +313,13 @@ def test_cli_missing_sets_fail_only_when_asked_for(tiny_model_file, data_dir, ca
     assert "missing test" in capsys.readouterr().err
     assert evaluate.main(base + ["--tasks", "stsb"]) == 0
     assert "not found, skipped" in capsys.readouterr().out
+    (tmp_path / "elsewhere").mkdir()  # a folder without any set: a wrong --data-dir, never a run that reports nothing
+    assert evaluate.main([*base[:3], str(tmp_path / "elsewhere"), "--tasks", "sts,stsb"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"error: {tmp_path / 'elsewhere'}: none of the sets of sts,stsb is here")
+        and err.count("\n") == 1
+    )
 
 
 # ----------------------------------------------------------------------------- ../shared/data
