@@ -702,6 +702,15 @@ def progress(total: int | None, unit: str, quiet: bool = False, **options) -> It
         bar.close()
 
 
+def make_folder(path: Path) -> Path:
+    """Make an output folder and its parents; a file of that name is a one-line error saying so (mkdir's own
+    error, "File exists", reads as if the folder were in the way)."""
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{path}: is a file; --output-dir takes a folder")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @contextlib.contextmanager
 def lock_folder(folder: Path) -> Iterator[None]:
     """Hold an exclusive lock on `folder` (its `.lock` file) inside the block, and remove the file after it;

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from paraphrastic.cli import cli_parser, run_cli
-from paraphrastic.fileio import atomic_output, install_hint
+from paraphrastic.fileio import atomic_output, install_hint, make_folder
 from paraphrastic.models import CHECKED, SP_FILE, ModelError, SPModel, Tokenizer, load_model
 from paraphrastic.static import StaticModel
 
@@ -131,7 +131,7 @@ def export_folder(model: SPModel | StaticModel, folder: str | os.PathLike) -> Pa
     if folder.is_dir() and (others := sorted(p.name for p in folder.iterdir() if not exported(p.name))):
         raise ModelError(f"{folder}: holds files of its own ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); "
                          "export into a new or empty folder")  # fmt: skip
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     config = {
         "model_type": "model2vec",
         "architectures": ["StaticModel"],

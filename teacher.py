@@ -30,7 +30,15 @@ import torch
 from tqdm import tqdm
 
 from paraphrastic.cli import cli_parser, device_name, run_cli
-from paraphrastic.fileio import InputError, atomic_path, install_hint, iter_line_chunks, open_input, read_lines
+from paraphrastic.fileio import (
+    InputError,
+    atomic_path,
+    install_hint,
+    iter_line_chunks,
+    make_folder,
+    open_input,
+    read_lines,
+)
 from paraphrastic.models import ModelError, SPModel, Tokenizer, native_bf16
 from paraphrastic.static import flatten, unit_rows
 
@@ -377,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in (args.sp_model, args.counts_file, args.distill_sentences):
         if path is not None:
             open_input(path)
-    args.output_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(args.output_dir)
     tokenizer = Tokenizer(args.sp_model.read_bytes(), args.lowercase)
     teachers = {name: load_teacher(name, args.device) for name in args.teacher}
     names = " + ".join(teachers)

@@ -45,7 +45,7 @@ from paraphrastic.cuda_step import GraphedSteps, distinct_rows, minibatch_senten
 from paraphrastic.distill import DistillStream, contrastive_loss, distill_loss, relational_loss
 from paraphrastic.distributed import ALONE, Ranks
 from paraphrastic.encoders import bag_owners
-from paraphrastic.fileio import Error, InputError, atomic_output, lock_folder, reporting_full_disk
+from paraphrastic.fileio import Error, InputError, atomic_output, lock_folder, make_folder, reporting_full_disk
 from paraphrastic.models import Bags, Model, resolve_device
 from paraphrastic.negatives import mine_hardest, mining_dtype, sentence_groups
 from paraphrastic.optim import LazyAdam, all_finite, clip_gradient
@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None, on_step: Callable[[Trainer], None] | Non
     ranks, device = distributed.join(args.device, args.dist_backend)  # torchrun's process group, if any
     check_inputs(args)
     resolve_device(device)  # a missing CUDA device is refused before the output folder is made
-    args.output_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(args.output_dir)
     with lock_folder(args.output_dir) if ranks.is_main else contextlib.nullcontext():  # one run per folder
         return run(args, device, on_step, ranks)
 

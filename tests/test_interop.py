@@ -225,29 +225,23 @@ def test_train_init_from_an_exported_folder(tiny_model, tmp_path):
     assert not torch.equal(tuned.embedding.weight, tiny_model.embedding.weight)
 
 
-def test_export_command(tiny_model_file, tmp_path):
-    command = [
-        sys.executable,
-        "-m",
-        "interop",
-        "--load-file",
-        tiny_model_file,
-        "--output-dir",
-        tmp_path / "e",
-    ]
+def test_export_command(tiny_model_file, tmp_path, capsys):
+    """`python -m interop` exports; a missing model, and an --output-dir that is a file, are one-line errors (in
+    process, as is the subcommand of earlier versions)."""
+    command = [sys.executable, "-m", "interop", "--load-file", tiny_model_file, "--output-dir", tmp_path / "e"]
     done = subprocess.run(list(map(str, command)), cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(tmp_path / "e")) == sorted(
         ["config.json", "model.safetensors", "modules.json", "tokenizer.json", interop.SP_FILE]
     )
-    command[command.index("--load-file") + 1] = tmp_path / "missing.pt"
-    done = subprocess.run(list(map(str, command)), cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 2 and done.stderr.startswith("error: ") and "missing.pt" in done.stderr
-    assert "default, multilingual" in done.stderr  # the shipped names, for a name mistyped
-    command.insert(command.index("--load-file"), "export")  # the subcommand of earlier versions still works
-    command[command.index("--load-file") + 1] = tiny_model_file
-    done = subprocess.run(list(map(str, command)), cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    assert interop.main(["--load-file", str(tmp_path / "missing.pt"), "--output-dir", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "missing.pt" in err and "default, multilingual" in err  # the shipped names
+    (tmp_path / "taken").write_text("mine\n")
+    assert interop.main(["--load-file", str(tiny_model_file), "--output-dir", str(tmp_path / "taken")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'taken'}: is a file; --output-dir takes a folder\n"
+    assert (tmp_path / "taken").read_text() == "mine\n"
+    assert interop.main(["export", "--load-file", str(tiny_model_file), "--output-dir", str(tmp_path / "old")]) == 0
 
 
 def test_the_torch_free_model_exports_and_a_folder_of_ones_own_files_is_refused(tmp_path):

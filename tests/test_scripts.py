@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, generated_sentences
 
-from paraphrastic import embed_sentences, score_sentence_pairs, static
+from paraphrastic import embed_sentences, score_sentence_pairs, static, train
 from paraphrastic.models import load_model
 
 
@@ -221,3 +221,13 @@ def test_the_unknown_text_warning_fits_the_model(sp_bytes):
     word_model = models.Model([words], ["mean"], torch.zeros(len(words), 4))
     note = static.unknown_warning(word_model, stats)
     assert "multilingual" not in note and "--max-types" in note
+
+
+def test_an_output_folder_that_is_a_file_is_a_one_line_error(tmp_path, capsys):
+    """The file is named in one line (mkdir's own "File exists" read as if a folder were in the way) and kept."""
+    taken = tmp_path / "taken"
+    taken.write_text("mine\n")
+    (tmp_path / "pairs.tsv").write_text("a man\ta guy\nthe dog\tthe cat\n")
+    assert train.main(["--train-file", str(tmp_path / "pairs.tsv"), "--output-dir", str(taken)]) == 2
+    assert capsys.readouterr().err == f"error: {taken}: is a file; --output-dir takes a folder\n"
+    assert taken.read_text() == "mine\n"
