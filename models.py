@@ -390,7 +390,10 @@ def _safe_load(path: Path) -> dict:
     except FileNotFoundError:
         raise
     except Exception as e:  # any other failure to unpickle is a damaged file, whatever the library raised
-        raise ModelError(f"{path}: not a readable model file, truncated or corrupt ({first_sentence(e)})") from None
+        with path.open("rb") as f:  # torch writes a zip archive; its older files and the original release, a pickle
+            head = f.read(2)
+        reason = first_sentence(e) if head == b"PK" or head[:1] == b"\x80" else "neither a zip archive nor a pickle"
+        raise ModelError(f"{path}: not a readable model file, truncated or corrupt ({reason})") from None
     if not isinstance(state, dict):
         raise ModelError(f"{path}: not a model checkpoint (top level is {type(state).__name__})")
     for key in ("config", "args"):
