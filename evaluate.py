@@ -15,7 +15,8 @@ Data is read from `--data-dir` ($PARAPHRASTIC_DATA, else ../shared/data beside a
 ~/.cache/paraphrastic/data, where `python -m paraphrastic.preprocess.evaluation.download` puts it) in either the
 `score<TAB>s1<TAB>s2` TSV layout or the organisers' raw files (STS.input.*.txt + STS.gs.*.txt,
 STS Benchmark sts-*.csv, SICK_*.txt, tatoeba.xxx-eng.xxx). Pairs without a gold score are dropped;
-missing sets are reported and skipped unless --require-all (or an explicit --langs list) asks for them.
+missing sets are reported and skipped unless --require-all (or an explicit --langs list) asks for them, and a
+folder holding none of the chosen sets is an error.
 """
 
 from __future__ import annotations
