@@ -138,7 +138,7 @@ def test_a_worker_killed_mid_job_still_gives_every_line_once(engine, tiny_model_
     out = tmp_path / "vectors"
     out.mkdir()
     items = engine.plan(files, lines_per_item=40)  # several items a file
-    engine.run(items, out, 2, actor=DyingParts, model=str(tiny_model_file))
+    engine.run(items, out, 2, actor=DyingParts, model=str(tiny_model_file), share=0)  # share 0: no torch to import
     assert (out / "killed-once").exists()  # the worker did die, and its item was run again
     table = pq.read_table(sorted(out.glob("part-*.parquet")))  # the parts run() wrote (no manifest: no job)
     keys = list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True))
@@ -173,7 +173,8 @@ def test_a_hung_worker_is_replaced_and_its_item_run_again(engine, tiny_model_fil
     out = tmp_path / "vectors"
     out.mkdir()
     began = time.monotonic()
-    done = engine.run(engine.plan(files, lines_per_item=40), out, 2, actor=HangingParts, model=str(tiny_model_file))
+    items = engine.plan(files, lines_per_item=40)
+    done = engine.run(items, out, 2, actor=HangingParts, model=str(tiny_model_file), share=0)  # as above
     assert (out / "hung-once").exists() and time.monotonic() - began < 60
     table = pq.read_table(sorted(out.glob("part-*.parquet")))
     keys = list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True))
