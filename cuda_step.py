@@ -6,6 +6,7 @@ CUDA graph and replayed (GraphedSteps)."""
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -114,6 +115,7 @@ class GraphedSteps:
         self.record = trainer.device.type == "cuda"
         self.pool = torch.cuda.graph_pool_handle() if self.record else None
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.seen: set[tuple[int, int]] = set()  # every shape run so far (recorded or not)
         self.loaded = None  # the train.MegaBatch in the buffers
         self.shapes: list[tuple[int, int]] = []  # each full mini-batch's (id slots, row slots)
         self.shape, self.capacity = (0, 0), 0
@@ -133,7 +135,11 @@ class GraphedSteps:
         if graph is not None:
             graph.replay()
         else:
+            new, began = self.shape not in self.seen, time.perf_counter()
             self.first_run()
+            if new:  # a shape's first run, and on a GPU its recording: bench_gpu reports their count and time
+                self.seen.add(self.shape)
+                self.trainer.seconds["record"] += time.perf_counter() - began
         return self.loss.clone()
 
     def load(self, mb) -> None:

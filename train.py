@@ -200,7 +200,8 @@ class Trainer:
         self.skipped = 0  # batches skipped for a non-finite loss (--on-nan skip)
         self.stop_requested = False
         self.saved_at: int | None = None
-        self.seconds = {"read": 0.0, "mine": 0.0, "update": 0.0, "save": 0.0}  # where the time goes
+        # where the time goes; "record": a GPU step's first run in each new shape and its recording (within "update")
+        self.seconds = {"read": 0.0, "mine": 0.0, "update": 0.0, "save": 0.0, "record": 0.0}
         steps_per_epoch = math.ceil(len(sampler) / config.batch_size)
         self.total_steps = min(config.epochs * steps_per_epoch, config.max_steps or math.inf)
 
@@ -442,7 +443,7 @@ class Trainer:
         bar.set_postfix(loss=f"{loss:.4f}", pairs_s=f"{rate:.0f}", M=m)
         self._metrics(
             {"event": "train", "step": self.step, "epoch": self.epoch, "loss": loss, "pairs_per_s": rate, "M": m}
-            | {"skipped": self.skipped}
+            | {"skipped": self.skipped, "shapes": len(self.graphs.seen) if self.graphs is not None else 0}
             | {f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()}
         )
         window.update(loss=0.0, steps=0, pairs=0, time=now, saved=self.seconds["save"])

@@ -99,6 +99,11 @@ def train_rates(folder: Path, device: str, runs: list[tuple[int, int, int]], rat
             bound = mining_bound(rate, m, mode == "bitext", batch) * DIM / dim
             print(f"  batch {batch:4d}, M = {m:3d} {mode:10s}: {pairs_s:10,.0f} pairs/s = {100 * pairs_s / bound:5.2f}% "
                   f"of the exact-mining bound at bf16's rate ({bound:,.0f} pairs/s); {count} updates")  # fmt: skip
+            first, last = [r for r in records if r["event"] == "train"][0], later[-1]
+            spent = {k: last[f"seconds_{k}"] - first[f"seconds_{k}"] for k in ("read", "mine", "update", "record")}
+            print(f"    the host's seconds after the first window: read {spent['read']:.2f}, mine {spent['mine']:.2f}, "
+                  f"update {spent['update']:.2f}, of which new step shapes (first run, recording) {spent['record']:.2f}; "
+                  f"{last['shapes']} shapes in all, {last['shapes'] - first['shapes']} new after the first window")  # fmt: skip
 
 
 def step_profile(folder: Path, device: str, runs: list[tuple[int, int, str]], dim: int) -> None:

@@ -582,6 +582,8 @@ def test_the_step_that_never_waits_trains_as_the_other_does(pairs_file, sp_file,
     state = torch.load(tmp_path / "free" / "resume.pt", weights_only=True)
     assert state["optimizer"]["moments"].shape[1] == free.shape[0]  # the spare row is never saved
     assert state["optimizer"]["steps"] == 30
+    last = json.loads((tmp_path / "free" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert 0 < last["shapes"] <= 30 and 0 < last["seconds_record"] <= last["seconds_update"]  # bench_gpu's split
     with monkeypatch.context() as eager:  # the padded fixed-shape step a CUDA graph records, against the plain one
         eager.setattr(train.GraphedSteps, "step", lambda *args: None)
         assert train.main(tiny_args(pairs_file, sp_file, tmp_path / "eager", *common)) == 0
