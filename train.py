@@ -388,7 +388,7 @@ class Trainer:
         gradient): the finiteness check, clipping and Adam all stay on the device (a non-finite update is masked
         there and counted in `bad`, read at the next log or save); returns the loss, 0 where masked."""
         grad = sub.grad
-        ok = torch.isfinite(loss) & torch.isfinite(grad.sum())
+        ok = torch.isfinite(loss + grad.sum())  # one check for both (a NaN or inf in either makes the sum one)
         self.bad += ~ok
         if self.config.grad_clip:
             clip_gradient([grad], self.config.grad_clip, on_device=True)
