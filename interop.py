@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from paraphrastic import load_encoder
 from paraphrastic.cli import cli_parser, run_cli
-from paraphrastic.fileio import atomic_output, install_hint, make_folder
-from paraphrastic.models import CHECKED, SP_FILE, ModelError, SPModel, Tokenizer, load_model
-from paraphrastic.static import StaticModel
+from paraphrastic.fileio import ModelError, atomic_output, install_hint, make_folder
+from paraphrastic.static import CHECKED, SP_FILE, StaticModel, Tokenizer
 
 if TYPE_CHECKING:
     import tokenizers
+
+    from paraphrastic.models import SPModel
 
 PORTABLE_CONFIG = ("encoder", "lowercase", "dim", "vocab_size")  # what an exported config.json keeps
 EXPORTED = {"config.json", "model.safetensors", "tokenizer.json", "modules.json", SP_FILE}  # an export's files
@@ -114,12 +116,14 @@ def export_folder(model: SPModel | StaticModel, folder: str | os.PathLike) -> Pa
     holds int8 rows (21.8 MiB). `folder` is new, empty, or an earlier export: no other file is written among."""
     if isinstance(model, StaticModel):
         table = model.table
-    elif isinstance(model, SPModel):
-        table = model.embedding.weight.detach().cpu().float().numpy()
     else:
-        raise ModelError(
-            f"a {model.kind} model cannot be exported: static-embedding folders hold one sentencepiece table"
-        )
+        from paraphrastic.models import SPModel  # a model that load_model read: torch is imported already
+
+        if not isinstance(model, SPModel):
+            raise ModelError(
+                f"a {model.kind} model cannot be exported: static-embedding folders hold one sentencepiece table"
+            )
+        table = model.embedding.weight.detach().cpu().float().numpy()
     if model.piece_rows is not None:
         raise ModelError("an original-release model has rows that are not sentencepiece ids; it cannot be exported")
     try:
@@ -172,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, required=True, help="folder to write (created if missing)")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv[1:] if argv[:1] == ["export"] else argv)  # `export` was once a subcommand
-    folder = export_folder(load_model(args.load_file), args.output_dir)
+    folder = export_folder(load_encoder(args.load_file), args.output_dir)  # our checkpoints read without torch
     print(f"wrote {folder}: load it with SentenceTransformer({str(folder)!r}) or StaticModel.from_pretrained")
     return 0
 

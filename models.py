@@ -55,6 +55,8 @@ from paraphrastic.encoders import (
 )
 from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output, install_hint
 from paraphrastic.static import (
+    CHECKED,
+    SP_FILE,
     Encoding,
     Tokenizer,
     existing_model,
@@ -69,10 +71,8 @@ PRECISIONS = ("float32", "float16", "int8")
 TRAIN_STATE = "paraphrastic-train-state"  # the format of train.py's resume.pt
 LEGACY_UNK = "UUUNKKK"  # the unknown-token row of the original toolkit's released models
 MAX_SP_BYTES = 256 << 20  # sentencepiece models of even a million pieces are a few tens of MB
-SP_FILE = "sentencepiece.model"
 WEIGHT_KEYS = ("embeddings", "embedding.weight")  # model2vec's key, sentence-transformers' key
 WEIGHT_DIRS = (".", "0_StaticEmbedding")  # where the two libraries put model.safetensors and tokenizer.json
-CHECKED = ("model.safetensors", "tokenizer.json", SP_FILE)  # the files whose checksums config.json records
 
 
 class Bags(NamedTuple):

@@ -36,6 +36,8 @@ SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (i
 SHM_DIR = Path("/dev/shm")  # memory-backed files, where the system has them
 SHARED_ROWS = "paraphrastic-rows"  # name of the shared-memory files of encode's workers: NAME.PID.XXXXXXXX.npy
 TORCH_FROM = 600_000  # texts a process pools before torch's faster kernel has repaid its import
+SP_FILE = "sentencepiece.model"  # an exported folder's copy of the sentencepiece model
+CHECKED = ("model.safetensors", "tokenizer.json", SP_FILE)  # the files whose checksums config.json records
 ENGLISH_ONLY = (
     "the shipped English model reads English only: for other languages and translations use --load-file multilingual"
 )
