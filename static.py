@@ -338,6 +338,20 @@ class Encoding:
         a, b = (np.asarray(x) if is_vectors(x) else self.encode(x) for x in (a, b))
         return unit_rows(a) @ unit_rows(b).T
 
+    def similarity_pairwise(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> np.ndarray:
+        """Cosine of row i of `a` with row i of `b`, (len(a),), as sentence-transformers' `similarity_pairwise`."""
+        a, b = (np.asarray(x) if is_vectors(x) else self.encode(x) for x in (a, b))
+        if a.shape != b.shape:
+            raise ValueError(f"similarity_pairwise takes two sides of one shape, not {a.shape} and {b.shape}")
+        return np.einsum("ij,ij->i", unit_rows(a), unit_rows(b))
+
+    def get_sentence_embedding_dimension(self) -> int:
+        """The vectors' length, by sentence-transformers' name for it (`dim`)."""
+        return self.dim
+
+    # sentence-transformers' names for the two sides of a search: this model embeds queries and documents alike
+    encode_query = encode_document = encode
+
 
 def is_sequence(texts) -> bool:
     """Whether `texts` can be sliced and counted (a list, a tuple, an array): embedded whole, else streamed."""

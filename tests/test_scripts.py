@@ -135,6 +135,17 @@ def test_encode_and_similarity_are_the_sentence_transformers_names(tiny_model_fi
     assert matrix.shape == (2, 5)
     pairs = [(a, b) for a in sentences[:2] for b in sentences]
     np.testing.assert_allclose(matrix.ravel(), model.score_raw_text(pairs), atol=1e-5)
+    pairwise = model.similarity_pairwise(sentences[:3], model.encode(sentences[2:]))
+    np.testing.assert_allclose(
+        pairwise, model.score_raw_text(list(zip(sentences[:3], sentences[2:], strict=True))), atol=1e-5
+    )
+    with pytest.raises(ValueError, match="of one shape"):
+        model.similarity_pairwise(sentences[:2], sentences)
+    assert model.get_sentence_embedding_dimension() == model.dim == 16
+    for side in (model.encode_query, model.encode_document):
+        np.testing.assert_array_equal(
+            side(sentences, normalize_embeddings=True), model.encode(sentences, normalize_embeddings=True)
+        )
 
 
 def test_idle_cores_set_the_default_thread_count(monkeypatch):
