@@ -63,6 +63,13 @@ class MemorySource:
             out.append((ids[off[0] : off[-1]].astype(np.int64), np.diff(off)))
         return tuple(out)
 
+    def read_many(self, starts: np.ndarray, stops: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """read's pairs of every range [starts[i], stops[i]), concatenated in that order."""
+        counts = stops - starts
+        idx = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        return tuple((ids.astype(np.int64), lengths) for ids, lengths in
+                     (take_bags(ids, np.diff(offsets), idx) for ids, offsets in self.sides))  # fmt: skip
+
 
 class ShardSet:
     """Several HDF5 shards read as one sequence of pairs; each is checked against the sentencepiece model."""
@@ -87,6 +94,31 @@ class ShardSet:
                 break
             parts.append(PairData(*self.shards[k].read(int(lo - self.starts[k]), int(hi - self.starts[k]))))
         block = parts[0] if len(parts) == 1 else PairData.concat(parts)
+        return block.src, block.tgt
+
+    def read_many(self, starts: np.ndarray, stops: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """read's pairs of every range [starts[i], stops[i]), concatenated in that order: each range cut at the
+        shards' bounds, each shard's pieces read at once (Shard.read_many), then put in the ranges' order."""
+        pieces = []  # (shard, first pair, end) within the shard, in the ranges' order
+        for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+            k = int(np.searchsorted(self.starts, a, side="right")) - 1
+            while a < b:
+                end = min(b, int(self.starts[k + 1]))
+                pieces.append((k, a - int(self.starts[k]), end - int(self.starts[k])))
+                a, k = end, k + 1
+        if not pieces:  # every range empty
+            return (np.zeros(0, np.int64), np.zeros(0, np.int64)), (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        shard, lo, hi = (np.array(column, dtype=np.int64) for column in zip(*pieces, strict=True))
+        by_shard = np.argsort(shard, kind="stable")
+        parts = [PairData(*self.shards[k].read_many(lo[by_shard][shard[by_shard] == k], hi[by_shard][shard[by_shard] == k]))
+                 for k in np.unique(shard).tolist()]  # fmt: skip
+        block = parts[0] if len(parts) == 1 else PairData.concat(parts)
+        if (by_shard != np.arange(len(pieces))).any():  # pieces of several shards interleaved: back to their order
+            counts = (hi - lo)[by_shard]
+            at = np.empty(len(pieces), dtype=np.int64)
+            at[by_shard] = np.cumsum(counts) - counts  # where each piece's pairs start in `block`
+            n = hi - lo
+            block = block.take(np.repeat(at - (np.cumsum(n) - n), n) + np.arange(int(n.sum())))
         return block.src, block.tgt
 
 
@@ -132,9 +164,8 @@ class PairSampler:
     def _window(self, epoch: int, w: int) -> PairData:
         if w not in self._windows:
             blocks = self.order[w * self.blocks_per_window : (w + 1) * self.blocks_per_window]
-            data = PairData.concat(
-                [PairData(*self.source.read(b * self.block, min((b + 1) * self.block, len(self)))) for b in blocks]
-            )
+            starts = blocks.astype(np.int64) * self.block
+            data = PairData(*self.source.read_many(starts, np.minimum(starts + self.block, len(self))))
             perm = np.random.default_rng([self.seed, epoch, 1, w]).permutation(len(data))
             self._windows = {k: v for k, v in self._windows.items() if k == w - 1}
             self._windows[w] = data.take(perm)

@@ -21,6 +21,7 @@ from paraphrastic.fileio import InputError, atomic_path
 SHARD_FORMAT = "paraphrastic-shard"
 MAX_PIECES = 1 << 16  # pieces in one sentence; more is a damaged offsets table, not text
 MEAN_PIECES = 1024  # nor are more than this many per sentence on average (reads stay bounded in memory)
+SPAN_GAP = 32 << 10  # bytes between two spans read through: about what is read in the time of one h5py call
 SHARD_VERSION = 1
 
 
@@ -136,6 +137,59 @@ class Shard:
                 )
             sides.append((ids, lengths))
         return sides[0], sides[1]
+
+    def read_many(self, starts: np.ndarray, stops: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """What read gives for each range [starts[i], stops[i]), concatenated in that order, with the same checks:
+        one HDF5 read a dataset for all of them (h5py's own work for one small read outweighs its bytes, and a
+        sampler's window is 2,048 ranges)."""
+        pairs = stops - starts
+        sides = []
+        for side in ("src", "tgt"):
+            offsets = self._read_spans(self.offsets[side], starts, stops + 1).astype(np.int64)
+            ends = np.cumsum(pairs + 1)  # range i's offsets end here in `offsets`
+            first, last = offsets[ends - pairs - 1], offsets[ends - 1]
+            inner = np.ones(len(offsets), dtype=bool)
+            inner[ends - pairs - 1] = False  # a range's first offset starts its lengths, it ends no length
+            lengths = (offsets - np.concatenate([[0], offsets[:-1]]))[inner]
+            claimed = last - first
+            wrong = claimed > MAX_PIECES + MEAN_PIECES * pairs
+            if (long := lengths > MAX_PIECES).any():  # the range that holds the first over-long sentence
+                wrong[np.searchsorted(np.cumsum(pairs), np.argmax(long), side="right")] = True
+            if wrong.any():
+                i = int(np.argmax(wrong))
+                raise InputError(
+                    f"{self.path}: damaged training shard (pairs {starts[i]}-{stops[i]} claim {claimed[i]:,} pieces; "
+                    "no text is that long)"
+                )
+            out_of_range = InputError(f"{self.path}: damaged training shard (ids or lengths out of range, "
+                                      f"{len(pairs)} ranges from pair {int(starts.min())})")  # fmt: skip
+            if (lengths < 0).any() or (len(pairs) and (first.min() < 0 or last.max() > self.ids[side].shape[0])):
+                raise out_of_range  # before the ids are read: spans that run backwards or past the end
+            ids = self._read_spans(self.ids[side], first, last).astype(np.int64)
+            if len(ids) and not 0 <= ids.min() <= ids.max() < self.pieces:
+                raise out_of_range
+            sides.append((ids, lengths))
+        return sides[0], sides[1]
+
+    def _read_spans(self, dataset: h5py.Dataset, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+        """dataset[starts[i]:stops[i]] for every i, concatenated in that order (the spans may overlap and come in
+        any order): their union read in ascending runs, a gap of at most SPAN_GAP bytes read through rather than
+        paying h5py's call for another read (at most that much more memory a span, for the read's moment)."""
+        order = np.argsort(starts, kind="stable")
+        lo, hi = starts[order], stops[order]
+        reach = np.maximum.accumulate(hi)
+        new = np.ones(len(lo), dtype=bool)
+        gap = SPAN_GAP // dataset.dtype.itemsize  # a span this far past every earlier one's end starts a new run
+        new[1:] = lo[1:] > reach[:-1] + gap
+        run = np.cumsum(new) - 1
+        run_lo, run_hi = lo[new], reach[np.append(np.flatnonzero(new)[1:] - 1, len(lo) - 1)]
+        buf = np.concatenate([self._read(dataset, slice(a, b)) for a, b in zip(run_lo.tolist(), run_hi.tolist(),
+                                                                                 strict=True)] or [[]])  # fmt: skip
+        sizes = run_hi - run_lo
+        at = np.empty(len(lo), dtype=np.int64)
+        at[order] = (np.cumsum(sizes) - sizes)[run] + lo - run_lo[run]  # where each span starts in buf
+        lengths = stops - starts
+        return buf[np.repeat(at - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))]
 
     def close(self) -> None:
         self.file.close()

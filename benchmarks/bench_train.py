@@ -11,7 +11,7 @@ mines in bf16, also as a fraction of the bound at the measured bf16 product rate
 can beat the fp32 bound); (3) the mining in bf16 and fp32; (4) one update with row-sparse (lazy)
 Adam and with dense Adam, beside its memory floor: only reading and writing back the touched rows of
 the weights and both moments, which no exact fp32 Adam can go below; (5) peak RSS of train.py on a
-100k-pair and a 10M-pair shard. Synthetic ids (log-uniform over the vocabulary, 5-40 pieces per
+100k-pair and a 10M-pair shard; (6) the sampler's window reads (`--windows-only`: just those). Synthetic ids (log-uniform over the vocabulary, 5-40 pieces per
 sentence) stand in for text; a 50k-piece sentencepiece word model gives the shards their checksum.
 """
 
@@ -33,6 +33,7 @@ import torch
 from common import machine_header
 
 from paraphrastic import negatives, shards, train
+from paraphrastic.pairs import BLOCK_PAIRS, WINDOW_PAIRS, PairSampler, ShardSet
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -194,14 +195,38 @@ def peak_rss(folder: Path, small: Path, big: Path, sp_file: Path, threads: int |
         print(f"  {label:12s}: peak RSS {res['rss_mib']:6.0f} MiB ({2 * M} updates and the final save)")
 
 
+def window_reads(folder: Path, sp: bytes, pairs: int = 512_000, windows: int = 6) -> None:
+    """The sampler's reads of whole windows (WINDOW_PAIRS pairs in randomly chosen blocks) from one shard, the
+    first `windows` of an epoch: the host's time a window, which training waits for at every WINDOW_PAIRS pairs."""
+    shard = folder / "windows.h5"
+    write_synthetic_shard(shard, pairs, sp)
+    sampler = PairSampler(ShardSet([shard], sp), seed=1)
+    sampler.read(0, 0, 1)  # the epoch's plan, the file opened and its first window read: the others are timed
+    seconds = []
+    for w in range(1, windows + 1):
+        start = time.perf_counter()
+        sampler._window(0, w)
+        seconds.append(time.perf_counter() - start)
+    median = float(np.median(seconds))
+    print(f"  {windows} windows of {WINDOW_PAIRS:,} pairs ({WINDOW_PAIRS // BLOCK_PAIRS:,} blocks of {BLOCK_PAIRS}) from "
+          f"a {pairs:,}-pair shard: median {median:.3f} s a window (min {min(seconds):.3f}, max {max(seconds):.3f}), "
+          f"{1e6 * median / WINDOW_PAIRS:.1f} us a pair; at 125,000 pairs/s an update's whole budget is 8.0 us a pair")  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=300, help="updates per throughput run (multiple of 100)")
     p.add_argument("--big-pairs", type=int, default=10_000_000, help="pairs in the large shard (RSS run)")
     p.add_argument("--threads", type=int, default=None, help="threads for train.py (default: all cores)")
+    p.add_argument("--windows-only", action="store_true", help="only the sampler's window reads (seconds)")
     args = p.parse_args()
     threads = args.threads or torch.get_num_threads()
     print(machine_header())
+    if args.windows_only:
+        with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
+            print("the sampler's windows, read from an HDF5 shard:")
+            window_reads(Path(tmp), word_sentencepiece(Path(tmp)))
+        return
     print(f"torch {torch.__version__}, {threads} threads; dim {DIM}, {VOCAB} pieces, batch {BATCH}, M = {M}")
     rate = matmul_rate(threads)
     print(
@@ -224,6 +249,8 @@ def main() -> None:
         mining(threads)
         print(f"one optimizer step on the {VOCAB} x {DIM} table:")
         optimizer_steps(threads)
+        print("the sampler's windows, read from an HDF5 shard:")
+        window_reads(folder, sp)
         print("peak RSS of train.py by corpus size:")
         start = time.perf_counter()
         write_synthetic_shard(big, args.big_pairs, sp)

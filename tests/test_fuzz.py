@@ -5,6 +5,7 @@ error type (InputError, ModelError): no other exception, and never code executio
 import io
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -168,15 +169,27 @@ def test_shard_reader_on_damaged_bytes(sp_bytes, tmp_path):
     @FUZZ
     @given(edits_for(len(data)), st.none() | st.integers(0, len(data)))
     def check(edits, cut):
+        """read, and read_many of the same ranges (in reverse order): the same pairs, or InputErrors both."""
         path.write_bytes(mutate(data, edits, cut))
         try:
             shard = shards.Shard(path, sp_model=sp_bytes)
-            for start in range(0, len(shard), 16):
-                for ids, lengths in shard.read(start, min(start + 16, len(shard))):
-                    assert len(ids) == lengths.sum() and (len(ids) == 0 or 0 <= ids.min() <= ids.max() < pieces)
-            shard.close()
         except InputError as e:
             assert str(e).startswith(f"{path}: ") and "\n" not in str(e)
+            return
+        starts = np.arange(0, len(shard), 16)[::-1]
+        stops = np.minimum(starts + 16, len(shard))
+        try:
+            each = [shard.read(a, b) for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
+        except InputError as e:
+            assert str(e).startswith(f"{path}: ") and "\n" not in str(e)
+            with pytest.raises(InputError, match=f"^{re.escape(str(path))}: damaged training shard"):
+                shard.read_many(starts, stops)
+            return
+        for side, (ids, lengths) in enumerate(shard.read_many(starts, stops)):
+            assert len(ids) == lengths.sum() and (len(ids) == 0 or 0 <= ids.min() <= ids.max() < pieces)
+            assert np.array_equal(ids, np.concatenate([pair[side][0] for pair in each]))
+            assert np.array_equal(lengths, np.concatenate([pair[side][1] for pair in each]))
+        shard.close()
 
     check()
 

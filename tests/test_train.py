@@ -209,6 +209,23 @@ def write_shards(source, sp_bytes, folder, cut: int):
     return folder
 
 
+def test_read_many_is_the_ranges_read_one_by_one(sp_bytes, pairs_file, tmp_path):
+    """A sampler's window reads its blocks with read_many: in memory and from shards (ranges across the shards'
+    bound, out of order, overlapping, empty) it gives what read gives range by range, concatenated."""
+    source = tokenize_pairs(pairs_file, sp_model(sp_bytes), skip_bad=False, threads=1)
+    shard_set = ShardSet(shard_paths([str(write_shards(source, sp_bytes, tmp_path / "shards", cut=117))]), sp_bytes)
+    n = len(source)
+    starts = np.array([110, 0, 5, 117, 250, 3, 116, n - 1, 40, 40])
+    stops = np.array([125, 8, 5, 118, n, 9, 117, n, 41, 72])
+    for reader in (source, shard_set):
+        got = PairData(*reader.read_many(starts, stops))
+        want = PairData.concat([PairData(*reader.read(a, b)) for a, b in zip(starts, stops, strict=True) if a < b])
+        for side in ("src", "tgt"):
+            for k in (0, 1):
+                assert np.array_equal(getattr(got, side)[k], getattr(want, side)[k])
+        assert all(len(a) == len(b) == 0 for a, b in reader.read_many(starts[2:3], stops[2:3]))
+
+
 def test_text_and_hdf5_give_the_same_batches_and_weights(sp_bytes, sp_file, pairs_file, tmp_path):
     source = tokenize_pairs(pairs_file, sp_model(sp_bytes), skip_bad=False, threads=1)
     folder = write_shards(source, sp_bytes, tmp_path / "shards", cut=117)
