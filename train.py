@@ -177,6 +177,7 @@ class Trainer:
         self.mine_dtype = mining_dtype(config.mine_precision, self.device)
         self.step = self.epoch = self.offset = self.inner = 0
         self.megabatch: MegaBatch | None = None
+        self.ahead: tuple[tuple[int, int, int], PairData] | None = None  # the next mega-batch's pairs, read early
         self.distill = (
             DistillStream(
                 model,
@@ -287,6 +288,8 @@ class Trainer:
                         window["steps"] += 1
                     window["pairs"] += min(lo + config.batch_size, mb.n) - lo
                     bar.update(1)
+                    if self.inner == m:
+                        self.read_ahead(self.offset + mb.n)
                     if self.step % config.log_every == 0 or self.step == self.total_steps:
                         self._log_progress(window, bar, m)
                     if config.save_every and self.step % config.save_every == 0:
@@ -312,7 +315,9 @@ class Trainer:
             return False
         m = megabatch_size_at(self.step, self.config.megabatch_size, self.config.megabatch_anneal)
         start = time.perf_counter()
-        data = self.sampler.read(self.epoch, self.offset, m * self.config.batch_size)
+        key = (self.epoch, self.offset, m * self.config.batch_size)
+        data = self.ahead[1] if self.ahead is not None and self.ahead[0] == key else self.sampler.read(*key)
+        self.ahead = None
         self.megabatch = MegaBatch(self.model, data, self.device)
         read = time.perf_counter()
         self.megabatch.mine(self.model, self.config.mode == "bitext", self.mine_dtype)
@@ -320,6 +325,16 @@ class Trainer:
         self.seconds["read"] += read - start
         self.seconds["mine"] += time.perf_counter() - read
         return True
+
+    def read_ahead(self, offset: int) -> None:
+        """Read the pairs of the mega-batch at `offset` now, at the last update of this one: on a GPU the host then
+        reads them while the device still runs the queued updates, where a log right after would first wait for
+        them. _next_megabatch takes them (the same pairs it would read: the sampler's order is fixed)."""
+        if offset < len(self.sampler):
+            m = megabatch_size_at(self.step, self.config.megabatch_size, self.config.megabatch_anneal)
+            start, key = time.perf_counter(), (self.epoch, offset, m * self.config.batch_size)
+            self.ahead = key, self.sampler.read(*key)
+            self.seconds["read"] += time.perf_counter() - start
 
     def train_step(self, bags: Bags, valid: list[torch.Tensor]) -> float | torch.Tensor | None:
         """One update on a mini-batch: gather the rows it uses, pool, margin loss (plus the distillation

@@ -226,6 +226,19 @@ def test_read_many_is_the_ranges_read_one_by_one(sp_bytes, pairs_file, tmp_path)
         assert all(len(a) == len(b) == 0 for a, b in reader.read_many(starts[2:3], stops[2:3]))
 
 
+def test_each_megabatch_is_read_once_the_next_during_the_last_update(pairs_file, sp_file, tmp_path, monkeypatch):
+    """The trainer reads the next mega-batch's pairs at the last update of the current one (on a GPU, before a log
+    waits for the device) and uses what it read: every mega-batch of every epoch read once, none twice."""
+    reads, read = [], PairSampler.read
+    monkeypatch.setattr(PairSampler, "read", lambda self, *key: reads.append(key) or read(self, *key))
+    steps = []
+    assert train.main(tiny_args(pairs_file, sp_file, tmp_path / "r", "--epochs", "2", "--megabatch-anneal", "0"),
+                      on_step=lambda t: steps.append((t.step, t.ahead is not None))) == 0  # fmt: skip
+    per_epoch = [(0, start, 24) for start in range(0, 300, 24)]  # 300 pairs, mega-batches of 3 x 8
+    assert reads == per_epoch + [(1, start, count) for _, start, count in per_epoch]
+    assert sum(ahead for _, ahead in steps) == 2 * (len(per_epoch) - 1)  # at each mega-batch's end but the epoch's
+
+
 def test_text_and_hdf5_give_the_same_batches_and_weights(sp_bytes, sp_file, pairs_file, tmp_path):
     source = tokenize_pairs(pairs_file, sp_model(sp_bytes), skip_bad=False, threads=1)
     folder = write_shards(source, sp_bytes, tmp_path / "shards", cut=117)
