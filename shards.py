@@ -139,8 +139,8 @@ class Shard:
         return sides[0], sides[1]
 
     def read_many(self, starts: np.ndarray, stops: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-        """What read gives for each range [starts[i], stops[i]), concatenated in that order, with the same checks:
-        one HDF5 read a dataset for all of them (h5py's own work for one small read outweighs its bytes, and a
+        """What read gives for each range [starts[i], stops[i]), concatenated in that order, with the same checks,
+        each dataset read in a few ascending runs (h5py's own work for one small read outweighs its bytes, and a
         sampler's window is 2,048 ranges)."""
         pairs = stops - starts
         sides = []
@@ -161,20 +161,24 @@ class Shard:
                     f"{self.path}: damaged training shard (pairs {starts[i]}-{stops[i]} claim {claimed[i]:,} pieces; "
                     "no text is that long)"
                 )
-            out_of_range = InputError(f"{self.path}: damaged training shard (ids or lengths out of range, "
-                                      f"{len(pairs)} ranges from pair {int(starts.min())})")  # fmt: skip
             if (lengths < 0).any() or (len(pairs) and (first.min() < 0 or last.max() > self.ids[side].shape[0])):
-                raise out_of_range  # before the ids are read: spans that run backwards or past the end
+                raise self._out_of_range(starts)  # before the ids are read: spans that run backwards or past the end
             ids = self._read_spans(self.ids[side], first, last).astype(np.int64)
             if len(ids) and not 0 <= ids.min() <= ids.max() < self.pieces:
-                raise out_of_range
+                raise self._out_of_range(starts)
             sides.append((ids, lengths))
         return sides[0], sides[1]
+
+    def _out_of_range(self, starts: np.ndarray) -> InputError:
+        return InputError(f"{self.path}: damaged training shard (ids or lengths out of range, {len(starts)} ranges "
+                          f"from pair {int(starts.min())})")  # fmt: skip
 
     def _read_spans(self, dataset: h5py.Dataset, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
         """dataset[starts[i]:stops[i]] for every i, concatenated in that order (the spans may overlap and come in
         any order): their union read in ascending runs, a gap of at most SPAN_GAP bytes read through rather than
         paying h5py's call for another read (at most that much more memory a span, for the read's moment)."""
+        if not len(starts):
+            return np.zeros(0, dtype=dataset.dtype)
         order = np.argsort(starts, kind="stable")
         lo, hi = starts[order], stops[order]
         reach = np.maximum.accumulate(hi)
@@ -184,7 +188,7 @@ class Shard:
         run = np.cumsum(new) - 1
         run_lo, run_hi = lo[new], reach[np.append(np.flatnonzero(new)[1:] - 1, len(lo) - 1)]
         buf = np.concatenate([self._read(dataset, slice(a, b)) for a, b in zip(run_lo.tolist(), run_hi.tolist(),
-                                                                                 strict=True)] or [[]])  # fmt: skip
+                                                                                 strict=True)])  # fmt: skip
         sizes = run_hi - run_lo
         at = np.empty(len(lo), dtype=np.int64)
         at[order] = (np.cumsum(sizes) - sizes)[run] + lo - run_lo[run]  # where each span starts in buf
