@@ -14,7 +14,7 @@ import numpy as np
 
 from paraphrastic.fileio import InputError, decode_raw, iter_line_blocks, open_input, split_pair
 from paraphrastic.models import Model
-from paraphrastic.shards import Shard
+from paraphrastic.shards import Shard, span_positions
 
 BLOCK_PAIRS = 32  # contiguous pairs read at once: the sampler's unit of disk access
 WINDOW_PAIRS = 65536  # pairs shuffled together: a window of randomly chosen blocks
@@ -41,10 +41,8 @@ class PairData:
 
 def take_bags(flat: np.ndarray, lengths: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Gather sentences `idx` from (flat ids, lengths) without a Python loop over sentences."""
-    starts = np.cumsum(lengths) - lengths
     lens = lengths[idx]
-    shift = np.repeat(np.cumsum(lens) - lens - starts[idx], lens)
-    return flat[np.arange(int(lens.sum())) - shift], lens
+    return flat[span_positions((np.cumsum(lengths) - lengths)[idx], lens)], lens
 
 
 class MemorySource:
@@ -65,8 +63,7 @@ class MemorySource:
 
     def read_many(self, starts: np.ndarray, stops: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
         """read's pairs of every range [starts[i], stops[i]), concatenated in that order."""
-        counts = stops - starts
-        idx = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        idx = span_positions(starts, stops - starts)
         return tuple((ids.astype(np.int64), lengths) for ids, lengths in
                      (take_bags(ids, np.diff(offsets), idx) for ids, offsets in self.sides))  # fmt: skip
 
@@ -109,16 +106,14 @@ class ShardSet:
         if not pieces:  # every range empty
             return (np.zeros(0, np.int64), np.zeros(0, np.int64)), (np.zeros(0, np.int64), np.zeros(0, np.int64))
         shard, lo, hi = (np.array(column, dtype=np.int64) for column in zip(*pieces, strict=True))
-        by_shard = np.argsort(shard, kind="stable")
-        parts = [PairData(*self.shards[k].read_many(lo[by_shard][shard[by_shard] == k], hi[by_shard][shard[by_shard] == k]))
-                 for k in np.unique(shard).tolist()]  # fmt: skip
+        parts = [PairData(*self.shards[k].read_many(lo[shard == k], hi[shard == k])) for k in np.unique(shard).tolist()]
         block = parts[0] if len(parts) == 1 else PairData.concat(parts)
+        by_shard = np.argsort(shard, kind="stable")  # the pieces' order in `block`
         if (by_shard != np.arange(len(pieces))).any():  # pieces of several shards interleaved: back to their order
             counts = (hi - lo)[by_shard]
             at = np.empty(len(pieces), dtype=np.int64)
             at[by_shard] = np.cumsum(counts) - counts  # where each piece's pairs start in `block`
-            n = hi - lo
-            block = block.take(np.repeat(at - (np.cumsum(n) - n), n) + np.arange(int(n.sum())))
+            block = block.take(span_positions(at, hi - lo))
         return block.src, block.tgt
 
 

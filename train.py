@@ -313,9 +313,7 @@ class Trainer:
             if self.epoch >= self.config.epochs:
                 self.total_steps = self.step
             return False
-        m = megabatch_size_at(self.step, self.config.megabatch_size, self.config.megabatch_anneal)
-        start = time.perf_counter()
-        key = (self.epoch, self.offset, m * self.config.batch_size)
+        start, key = time.perf_counter(), self.megabatch_key(self.offset)
         data = self.ahead[1] if self.ahead is not None and self.ahead[0] == key else self.sampler.read(*key)
         self.ahead = None
         self.megabatch = MegaBatch(self.model, data, self.device)
@@ -331,10 +329,14 @@ class Trainer:
         reads them while the device still runs the queued updates, where a log right after would first wait for
         them. _next_megabatch takes them (the same pairs it would read: the sampler's order is fixed)."""
         if offset < len(self.sampler):
-            m = megabatch_size_at(self.step, self.config.megabatch_size, self.config.megabatch_anneal)
-            start, key = time.perf_counter(), (self.epoch, offset, m * self.config.batch_size)
+            start, key = time.perf_counter(), self.megabatch_key(offset)
             self.ahead = key, self.sampler.read(*key)
             self.seconds["read"] += time.perf_counter() - start
+
+    def megabatch_key(self, offset: int) -> tuple[int, int, int]:
+        """The sampler's (epoch, offset, pairs) of the mega-batch at `offset` of this epoch, from this step on."""
+        m = megabatch_size_at(self.step, self.config.megabatch_size, self.config.megabatch_anneal)
+        return self.epoch, offset, m * self.config.batch_size
 
     def train_step(self, bags: Bags, valid: list[torch.Tensor]) -> float | torch.Tensor | None:
         """One update on a mini-batch: gather the rows it uses, pool, margin loss (plus the distillation

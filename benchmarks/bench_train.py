@@ -11,8 +11,9 @@ mines in bf16, also as a fraction of the bound at the measured bf16 product rate
 can beat the fp32 bound); (3) the mining in bf16 and fp32; (4) one update with row-sparse (lazy)
 Adam and with dense Adam, beside its memory floor: only reading and writing back the touched rows of
 the weights and both moments, which no exact fp32 Adam can go below; (5) peak RSS of train.py on a
-100k-pair and a 10M-pair shard; (6) the sampler's window reads (`--windows-only`: just those). Synthetic ids (log-uniform over the vocabulary, 5-40 pieces per
-sentence) stand in for text; a 50k-piece sentencepiece word model gives the shards their checksum.
+100k-pair and a 10M-pair shard; (6) the sampler's window reads (`--windows-only`: just those). Synthetic ids
+(log-uniform over the vocabulary, 5-40 pieces per sentence) stand in for text; a 50k-piece sentencepiece word
+model gives the shards their checksum.
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def window_reads(folder: Path, sp: bytes, pairs: int = 512_000, windows: int = 6
     seconds = []
     for w in range(1, windows + 1):
         start = time.perf_counter()
-        sampler._window(0, w)
+        sampler.read(0, w * WINDOW_PAIRS, 1)  # the first pair of window w: the window read whole
         seconds.append(time.perf_counter() - start)
     median = float(np.median(seconds))
     print(f"  {windows} windows of {WINDOW_PAIRS:,} pairs ({WINDOW_PAIRS // BLOCK_PAIRS:,} blocks of {BLOCK_PAIRS}) from "
