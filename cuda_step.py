@@ -1,8 +1,9 @@
 """A training step that never waits on the GPU and wastes no work on filler: each mini-batch's ids and distinct
-rows in slots sized from counts made once a mega-batch (distinct_rows, slots), pooling and its gradient as bag
-sums in one fixed order (segment_mean: the same bits every run, no atomics queueing on a filler row), one layout of
-a mini-batch for the device, its graph and the host (minibatch_sentences), and the step recorded once per shape as a
-CUDA graph and replayed (GraphedSteps)."""
+rows in slots sized from counts made once a mega-batch (distinct_rows, slots), every step of a mega-batch planned
+at once so that a step only reads its row (plan_steps), pooling and its gradient as bag sums in one fixed order
+(segment_mean: the same bits every run, no atomics queueing on a filler row), one layout of a mini-batch for the
+device, its graph and the host (minibatch_sentences), and the step recorded once per shape as a CUDA graph and
+replayed (GraphedSteps)."""
 
 from __future__ import annotations
 
@@ -57,8 +58,7 @@ class _BagSums(torch.autograd.Function):
     a segment sum wrote and read one (the same sums in the same order: the same bits)."""
 
     @staticmethod
-    def forward(ctx, sub, local, order, starts, bounds, p: float):
-        owner = torch.searchsorted(bounds, order, right=True) - 1  # each id's bag; padding's: the bag past the last
+    def forward(ctx, sub, local, order, starts, bounds, owner, p: float):
         ctx.p, mask = p, None
         if p > 0:
             rows, mask = torch.native_dropout(sub.index_select(0, local), p, True)
@@ -73,18 +73,29 @@ class _BagSums(torch.autograd.Function):
         owner, order, starts, mask = ctx.saved_tensors
         grad = F.pad(grad, (0, 0, 0, 1))  # the padding's bag: no gradient
         if mask is None:  # slot k: ids [starts[k], starts[k + 1]); the last slot's bag runs on into the padding
-            return F.embedding_bag(owner, grad, starts[:-1], mode="sum"), None, None, None, None, None
+            return F.embedding_bag(owner, grad, starts[:-1], mode="sum"), None, None, None, None, None, None
         spread = grad.index_select(0, owner)  # each id's gradient, in the sorted order
         spread = torch.ops.aten.native_dropout_backward(spread, mask.index_select(0, order), 1 / (1 - ctx.p))
-        return torch.segment_reduce(spread, "sum", offsets=starts, unsafe=True), None, None, None, None, None
+        return torch.segment_reduce(spread, "sum", offsets=starts, unsafe=True), None, None, None, None, None, None
 
 
-def segment_mean(sub: torch.Tensor, distinct: Distinct, bounds: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+def segment_mean(
+    sub: torch.Tensor,
+    distinct: Distinct,
+    bounds: torch.Tensor,
+    dropout: float = 0.0,
+    owner: torch.Tensor | None = None,
+    lengths: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The mean of each bag of rows of `sub` (the distinct rows' vectors): bag b holds ids [bounds[b], bounds[b +
     1]); ids past bounds[-1] (padding) are read by none. mean_pool's result, by bag sums in a fixed order both
-    ways, with nothing read back to the host."""
-    sums = _BagSums.apply(sub, *distinct[1:], bounds, dropout)
-    return sums / torch.diff(bounds).clamp_min(1).unsqueeze(1).to(sums.dtype)
+    ways, with nothing read back to the host. `owner` (each sorted id's bag) and `lengths` (the bags' sizes, at
+    least 1, in sub's dtype): where planned already, as GraphedSteps plans them once a mega-batch."""
+    if owner is None:  # the padding's: the bag past the last
+        owner = torch.searchsorted(bounds, distinct.order, right=True) - 1
+    if lengths is None:
+        lengths = torch.diff(bounds).clamp_min(1).to(sub.dtype)
+    return _BagSums.apply(sub, *distinct[1:], bounds, owner, dropout) / lengths.unsqueeze(1)
 
 
 def minibatch_sentences(pairs, n, negatives, one_sided: bool):
@@ -98,16 +109,62 @@ def minibatch_sentences(pairs, n, negatives, one_sided: bool):
     return cat([pairs, pairs + n, *fallback]), negs
 
 
+class Plan(NamedTuple):
+    """Every full mini-batch of a mega-batch, made ready for its step at once: step k's row of `ints` holds its
+    ids' slots (local), their sorted order and bags (owner), the slots' starts and distinct rows, and its bags'
+    bounds; its row of `floats` the anchors' validity and its bags' sizes (widths: `layout`). A step reads them
+    with two gathers, where building them itself took some forty small kernels."""
+
+    ints: torch.Tensor
+    floats: torch.Tensor
+
+    @staticmethod
+    def layout(ids: int, rows: int, batch: int, anchors: int) -> tuple[list[int], list[int]]:
+        """The widths of the ints' columns (local, order, owner, starts, rows, bounds) and of the floats' (validity,
+        sizes), for mini-batches of `batch` pairs with `anchors` (1 or 2) mined negatives each."""
+        bags = (2 + anchors) * batch
+        return [ids, ids, ids, rows + 1, rows, bags + 1], [anchors * batch, bags]
+
+
+def plan_steps(mb, batch: int, one_sided: bool, spare: int, ids: int, rows: int, total: int) -> Plan:
+    """The Plan of `mb`'s full mini-batches of `batch` pairs, in columns `ids` and `rows` wide (at least each
+    step's slots; `total`: their real ids). Each step's values equal those distinct_rows and segment_mean compute
+    for it alone: its ids sorted in a row of their own, padded with the spare row, which sorts last."""
+    steps, device = mb.n // batch, mb.lengths.device
+    idx, negatives = minibatch_sentences(torch.arange(steps * batch, device=device), mb.n, mb.negatives, one_sided)
+    idx = idx.view(-1, steps, batch).transpose(0, 1).reshape(steps, -1)  # a step's sentences in its own layout
+    valid = torch.stack(negatives).view(-1, steps, batch).transpose(0, 1).reshape(steps, -1) >= 0
+    lens = mb.lengths[idx]
+    real = lens.sum(1)
+    bounds = torch.cat([torch.cumsum(lens, 1) - lens, real.unsqueeze(1)], 1)  # the padding's bag starts at `real`
+    flat = mb.sentences.take(idx.flatten(), mb.lengths, total).ids
+    step = torch.repeat_interleave(torch.arange(steps, device=device), real, output_size=total)
+    column = torch.arange(total, device=device) - (torch.cumsum(real, 0) - real)[step]
+    padded = torch.full((steps, ids), spare, dtype=flat.dtype, device=device).index_put_((step, column), flat)
+    ordered, order = torch.sort(padded, dim=1, stable=True)
+    new = torch.ones_like(ordered, dtype=torch.bool)
+    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    slot = torch.cumsum(new, 1) - 1
+    starts = torch.searchsorted(slot, torch.arange(rows + 1, device=device).expand(steps, -1).contiguous())
+    starts = torch.minimum(starts, real.unsqueeze(1))  # the padding's slot is left empty
+    filled = starts[:, :-1] < starts[:, 1:]
+    distinct = torch.where(filled, ordered.gather(1, starts[:, :-1].clamp_max(ids - 1)), spare)
+    local = torch.empty_like(slot).scatter_(1, order, slot)
+    owner = torch.searchsorted(bounds, order, right=True) - 1
+    ints = torch.cat([local, order, owner, starts, distinct, bounds], 1)
+    return Plan(ints, torch.cat([valid.float(), lens.clamp_min(1).float()], 1))
+
+
 class GraphedSteps:
     """Mini-batch updates of fixed shapes, recorded once as CUDA graphs and replayed: a step then costs the host one
     launch instead of a hundred, which is what a GPU's step at batch 128 waits for otherwise.
 
-    Each mega-batch is copied into buffers that keep their addresses, and each of its mini-batches' ids and distinct
-    rows are counted there at once (one read back, with the negatives'). A step reads its pairs from the buffers by
-    its start (a one-number buffer), pads its ids with a last bag of the spare row that no loss reads, and takes its
-    shape, ids and rows, from `slots` of its own counts. The first step of each shape runs directly (warming the
-    kernels up) and is then recorded, every graph in one memory pool; where recording fails, or off a GPU (the
-    tests), every step runs that same code directly.
+    Each mega-batch's mini-batches' ids and distinct rows are counted on the device at once (one read back), which
+    fixes each step's shape (`slots` of its counts), and then planned at once into buffers that keep their addresses
+    (plan_steps): each step's ids padded with a last bag of the spare row that no loss reads, their distinct rows,
+    bags and order. A step reads its row of the plan by its index (a one-number buffer). The first step of each
+    shape runs directly (warming the kernels up) and is then recorded, every graph in one memory pool; where
+    recording fails, or off a GPU (the tests), every step runs that same code directly.
     """
 
     def __init__(self, trainer):  # train.Trainer, whose optimizer, margin and apply_on_device a step uses
@@ -118,8 +175,10 @@ class GraphedSteps:
         self.seen: set[tuple[int, int]] = set()  # every shape run so far (recorded or not)
         self.loaded = None  # the train.MegaBatch in the buffers
         self.shapes: list[tuple[int, int]] = []  # each full mini-batch's (id slots, row slots)
-        self.shape, self.capacity = (0, 0), 0
-        self.numbers = torch.zeros(3, dtype=torch.int64, device=self.device)  # start, n, where the padding sits
+        self.shape, self.capacity = (0, 0), (0, 0, 0)  # the plan's steps, id and row columns
+        self.plan: Plan | None = None
+        self.widths: tuple[list[int], list[int]] = ([], [])  # Plan.layout of the buffers
+        self.index = torch.zeros(1, dtype=torch.int64, device=self.device)  # the step's row of the plan
         self.loss = torch.zeros((), device=self.device)
 
     def step(self, mb, lo: int, hi: int) -> torch.Tensor | None:
@@ -129,7 +188,7 @@ class GraphedSteps:
             return None
         if mb is not self.loaded:
             self.load(mb)
-        self.numbers[0].fill_(lo)
+        self.index.fill_(lo // batch)
         self.shape = self.shapes[lo // batch]
         graph = self.graphs.get(self.shape)
         if graph is not None:
@@ -143,26 +202,23 @@ class GraphedSteps:
         return self.loss.clone()
 
     def load(self, mb) -> None:
-        """Copy a new mega-batch into the buffers (grown, and the graphs dropped, when it does not fit) and fix the
-        shape of each of its steps."""
-        self.shapes = [(slots(ids), slots(rows + 1)) for ids, rows in zip(*self.counts(mb), strict=True)]
-        most = max((size for size, _ in self.shapes), default=1)
-        ids, n2 = len(mb.sentences.ids), 2 * mb.n
-        if ids + most > self.capacity or n2 > len(getattr(self, "offsets", ())):
-            self.capacity = 1 << (ids + most).bit_length()
-            self.ids = torch.empty(self.capacity, dtype=torch.int64, device=self.device)
-            self.offsets, self.lengths, self.negatives = (
-                torch.empty(1 << n2.bit_length(), dtype=torch.int64, device=self.device) for _ in range(3)
-            )
-            self.positions = torch.arange(max(self.capacity, len(self.offsets)), device=self.device)
+        """Plan a new mega-batch's steps into the buffers (grown, and the graphs dropped, when it does not fit) and
+        fix the shape of each."""
+        ids, rows = self.counts(mb)
+        self.shapes = [(slots(i), slots(r + 1)) for i, r in zip(ids, rows, strict=True)]
+        need = [len(self.shapes), *(max(column, default=1) for column in zip(*self.shapes, strict=True))]
+        grown = tuple(max(1 << (n - 1).bit_length(), have) for n, have in zip(need, self.capacity, strict=True))
+        config = self.trainer.config
+        if grown != self.capacity:  # powers of two: few regrowths, each dropping the graphs
+            self.capacity = grown
+            self.widths = Plan.layout(*grown[1:], config.batch_size, 1 if config.one_sided else 2)
+            self.plan = Plan(*(torch.empty(grown[0], sum(w), dtype=t, device=self.device)
+                               for w, t in zip(self.widths, (torch.int64, torch.float32), strict=True)))  # fmt: skip
             self.graphs = {}
-        self.ids[:ids].copy_(mb.sentences.ids)
-        self.ids[ids : ids + most].fill_(self.trainer.optimizer.rows)  # the padding: the spare row
-        self.offsets[:n2].copy_(mb.sentences.offsets)
-        self.lengths[:n2].copy_(mb.lengths)
-        self.negatives[:n2].copy_(mb.negatives)
-        self.numbers[1].fill_(mb.n)
-        self.numbers[2].fill_(ids)
+        plan = plan_steps(mb, config.batch_size, config.one_sided, self.trainer.optimizer.rows, *self.capacity[1:],
+                          sum(ids))  # fmt: skip
+        for into, values in zip(self.plan, plan, strict=True):
+            into[: len(values)].copy_(values)
         self.loaded = mb
 
     def counts(self, mb) -> list[list[int]]:
@@ -197,21 +253,16 @@ class GraphedSteps:
         self.graphs[self.shape] = graph
 
     def run(self) -> None:
-        """The step itself, in this step's shape: MegaBatch.minibatch's bags padded to the id slots, then
-        train_step's pooling, loss and update on the row slots."""
+        """The step itself, in this step's shape: its row of the plan, then train_step's pooling, loss and update on
+        its slots."""
         config, trainer = self.trainer.config, self.trainer
-        batch, (size, rows) = config.batch_size, self.shape
-        start, n, pad_at = self.numbers[0], self.numbers[1], self.numbers[2]
-        idx, negatives = minibatch_sentences(start + self.positions[:batch], n, self.negatives, config.one_sided)
-        lens = self.lengths[idx]
-        real = lens.sum()
-        lens = torch.cat([lens, (size - real).view(1)])  # the padding bag takes the rest
-        sources = torch.cat([self.offsets[idx], pad_at.view(1)])
-        offsets = torch.cumsum(lens, 0) - lens  # the bags' bounds: the padding bag starts where the real ids end
-        ids = self.ids[self.positions[:size] - torch.repeat_interleave(offsets - sources, lens, output_size=size)]
-        distinct = distinct_rows(ids, trainer.optimizer.rows, rows, real)
+        size, rows = self.shape
+        ints, floats = self.widths
+        local, order, owner, starts, distinct, bounds = self.plan.ints.index_select(0, self.index)[0].split(ints)
+        valid, lengths = self.plan.floats.index_select(0, self.index)[0].split(floats)
+        distinct = Distinct(distinct[:rows], local[:size], order[:size], starts[: rows + 1])
         sub = trainer.optimizer.table.index_select(0, distinct.rows).requires_grad_()
-        vectors = segment_mean(sub, distinct, offsets, config.dropout)
-        loss = trainer.margin(vectors, [(neg >= 0).float() for neg in negatives])
+        vectors = segment_mean(sub, distinct, bounds, config.dropout, owner[:size], lengths)
+        loss = trainer.margin(vectors, valid.view(-1, config.batch_size))
         loss.backward()
         self.loss.copy_(trainer.apply_on_device(loss, distinct.rows, sub))

@@ -54,14 +54,14 @@ class LazyAdam:
         self,
         rows: torch.Tensor,
         grad: torch.Tensor,
-        ok: torch.Tensor | None = None,
+        skip: torch.Tensor | None = None,
         weights: torch.Tensor | None = None,
     ) -> None:
-        """Apply one Adam update to `rows` (unique) given their gradient; with `ok` (a boolean on the device) the
-        update, moments and step count change only where it is true, decided on the device without a wait, and
+        """Apply one Adam update to `rows` (unique) given their gradient; with `skip` (a boolean on the device) the
+        update, moments and step count stay as they are where it is true, decided on the device without a wait, and
         `weights` may be the rows already gathered (a gather saved), which it updates in place."""
-        if ok is not None:
-            return self._masked_step(rows, grad, ok, weights)
+        if skip is not None:
+            return self._masked_step(rows, grad, skip, weights)
         self.steps += 1
         b1, b2 = self.betas
         if self.buffers.numel() < 2 * grad.numel():
@@ -76,17 +76,17 @@ class LazyAdam:
         self.table.index_add_(0, rows, update, alpha=-self.lr * root / (1 - b1**self.steps))
 
     def _masked_step(
-        self, rows: torch.Tensor, grad: torch.Tensor, ok: torch.Tensor, weights: torch.Tensor | None
+        self, rows: torch.Tensor, grad: torch.Tensor, skip: torch.Tensor, weights: torch.Tensor | None
     ) -> None:
         """`step` as torch's fused Adam (one kernel) on the gathered rows, with the step count on the device: where
-        `ok` is false nothing changes, decided there. The rows go back by plain copies: the spare row, repeated as
+        `skip` is true nothing changes, decided there. The rows go back by plain copies: the spare row, repeated as
         filler with a zero gradient, gets the same bytes from each copy (index_add_'s atomics would queue on it)."""
         if self.counted is None:
             self.counted = torch.tensor(float(self.steps), device=self.table.device)  # exact to 2**24 updates
         weights = self.table.index_select(0, rows) if weights is None else weights
         m, v = self.moments.index_select(1, rows)
         b1, b2 = self.betas
-        adam([weights], [grad], [m], [v], [], [self.counted], fused=True, found_inf=(~ok).float(),
+        adam([weights], [grad], [m], [v], [], [self.counted], fused=True, found_inf=skip.float(),
              amsgrad=False, beta1=b1, beta2=b2, lr=self.lr, weight_decay=0.0, eps=self.eps, maximize=False)  # fmt: skip
         self.table.index_copy_(0, rows, weights)
         self.moments[0].index_copy_(0, rows, m)

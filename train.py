@@ -36,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from paraphrastic import distributed, evaluate
@@ -62,6 +61,7 @@ from paraphrastic.train_config import Config, check_inputs, parse_args
 
 SYNC_FREE_ON_CPU = False  # tests set it to run the GPU's step (no waits on the device) on a CPU
 EMBED_CHUNK = 8192  # sentences embedded at once when mining (bounds an LSTM's padded batch)
+COSINE_EPS = 1e-8  # the floor on a vector's norm in a cosine (F.cosine_similarity's)
 
 
 # ----------------------------------------------------------------------------- objective
@@ -74,20 +74,51 @@ def megabatch_size_at(step: int, max_size: int, anneal: int) -> int:
     return min(max_size, 1 + step // anneal)
 
 
-def margin_loss(vectors: torch.Tensor, valid: list[torch.Tensor | None], delta: float = 0.4) -> torch.Tensor:
-    """Mean over pairs of [delta - cos(s, t) + cos(s, t')]_+, plus [delta - cos(s, t) + cos(t, s')]_+ in the
-    symmetric form. `vectors`: the sources, their targets, then the sources' negatives and (symmetric form) the
-    targets' negatives, as many rows each; `valid`: per anchor (s, then t), 1 where its negative is allowed, 0 where
-    the pair adds nothing (None: all allowed). Every vector is normalized once and both negatives' cosines come from
-    one product: cosine_similarity's own values in fewer kernels, where a GPU's step at batch 128 is mostly tiny
-    kernels."""
-    anchors = len(valid)  # s, and t in the symmetric form
-    unit = F.normalize(vectors, dim=1, eps=1e-8).view(anchors + 2, -1, vectors.shape[1])
-    positive = (unit[0] * unit[1]).sum(-1)
-    loss = (delta - positive + (unit[:anchors] * unit[2:]).sum(-1)).clamp_min(0)  # a row per anchor
-    if any(v is not None for v in valid):
-        loss = loss * torch.stack([torch.ones_like(positive) if v is None else v for v in valid])
-    return loss.sum(0).mean()
+def margin_loss(
+    vectors: torch.Tensor, valid: list[torch.Tensor | None] | torch.Tensor, delta: float = 0.4, weight: float = 1.0
+) -> torch.Tensor:
+    """`weight` times the mean over pairs of [delta - cos(s, t) + cos(s, t')]_+, plus [delta - cos(s, t) + cos(t,
+    s')]_+ in the symmetric form. `vectors`: the sources, their targets, then the sources' negatives and (symmetric
+    form) the targets' negatives, as many rows each; `valid`: per anchor (s, then t), 1 where its negative is
+    allowed, 0 where the pair adds nothing (None: all allowed), or one tensor of a row per anchor."""
+    if not isinstance(valid, torch.Tensor) and any(v is not None for v in valid):
+        valid = torch.stack([vectors.new_ones(len(vectors) // (len(valid) + 2)) if v is None else v for v in valid])
+    weights = valid if isinstance(valid, torch.Tensor) else None
+    return _MarginLoss.apply(vectors, weights, len(valid), delta, weight)
+
+
+class _MarginLoss(torch.autograd.Function):
+    """margin_loss, with its gradient written out: every vector normalized once (F.normalize's, as
+    cosine_similarity's values bit for bit) and both negatives' cosines from one product, forward and backward in
+    about half the kernels autograd took, where a GPU's step at batch 128 is mostly tiny kernels."""
+
+    @staticmethod
+    def forward(ctx, vectors, valid, anchors: int, delta: float, weight: float):
+        norm = torch.linalg.vector_norm(vectors, dim=1, keepdim=True)
+        scale = norm.clamp_min(COSINE_EPS)
+        unit = (vectors / scale).view(anchors + 2, -1, vectors.shape[1])
+        positive = (unit[0] * unit[1]).sum(-1)
+        hinge = delta - positive + (unit[:anchors] * unit[2:]).sum(-1)  # a row per anchor
+        loss = hinge.clamp_min(0) if valid is None else hinge.clamp_min(0) * valid
+        ctx.save_for_backward(unit, norm, scale, hinge, valid)
+        ctx.weight = weight
+        return weight * loss.sum(0).mean()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        unit, norm, scale, hinge, valid = ctx.saved_tensors
+        anchors, pairs = hinge.shape
+        slope = (hinge >= 0) * (grad * (ctx.weight / pairs))  # each hinge's gradient, (anchors, pairs)
+        slope = (slope if valid is None else slope * valid).unsqueeze(-1)
+        down = -slope.sum(0)  # cos(s, t) lowers every hinge of its pair
+        grads = [down * unit[1] + slope[0] * unit[2], down * unit[0], slope[0] * unit[0]]  # s, t, s's negative
+        if anchors == 2:  # t's hinge with t's negative
+            grads[1] = grads[1] + slope[1] * unit[3]
+            grads.append(slope[1] * unit[1])
+        dim = unit.shape[-1]
+        grad_unit, unit = torch.cat(grads).view(-1, dim), unit.view(-1, dim)
+        along = (grad_unit * unit).sum(-1, keepdim=True) * (norm >= COSINE_EPS)  # a clamped norm passes none
+        return (grad_unit - unit * along) / scale, None, None, None, None
 
 
 def scramble(ids: torch.Tensor, offsets: torch.Tensor, rate: float) -> torch.Tensor:
@@ -395,22 +426,22 @@ class Trainer:
             self.dense_optimizer.step()
         return loss.item()
 
-    def margin(self, vectors: torch.Tensor, valid: list[torch.Tensor]) -> torch.Tensor:
+    def margin(self, vectors: torch.Tensor, valid: list[torch.Tensor] | torch.Tensor) -> torch.Tensor:
         """The weighted margin loss of a mini-batch's vectors: sources, targets, then their negatives' (one group of
         the mini-batch's size per entry of `valid`)."""
-        return self.config.margin_weight * margin_loss(vectors, valid, self.config.delta)
+        return margin_loss(vectors, valid, self.config.delta, self.config.margin_weight)
 
     def apply_on_device(self, loss: torch.Tensor, rows: torch.Tensor, sub: torch.Tensor) -> torch.Tensor:
         """The update of a step that never waits for the GPU, to the table's `rows`, gathered in `sub` (with their
         gradient): the finiteness check, clipping and Adam all stay on the device (a non-finite update is masked
         there and counted in `bad`, read at the next log or save); returns the loss, 0 where masked."""
-        grad = sub.grad
-        ok = torch.isfinite(loss + grad.sum())  # one check for both (a NaN or inf in either makes the sum one)
-        self.bad += ~ok
+        grad, total = sub.grad, loss.detach() + sub.grad.sum()  # a NaN or inf in either makes the sum one
+        skip = (total - total) != 0  # not finite, in two kernels where isfinite takes four
+        self.bad += skip
         if self.config.grad_clip:
             clip_gradient([grad], self.config.grad_clip, on_device=True)
-        self.optimizer.step(rows, grad, ok, weights=sub.detach())
-        return torch.where(ok, loss.detach(), 0)
+        self.optimizer.step(rows, grad, skip, weights=sub.detach())
+        return torch.where(skip, 0, loss.detach())
 
     def update(self, mb: MegaBatch, lo: int, hi: int) -> float | torch.Tensor | None:
         """One mini-batch's update: replayed from a CUDA graph where one serves it, else train_step."""

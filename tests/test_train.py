@@ -67,10 +67,12 @@ def test_margin_loss_matches_hand_computation():
 
 @pytest.mark.parametrize("symmetric", [False, True])
 def test_margin_loss_is_the_cosine_similarity_form_bit_for_bit(symmetric):
-    """Each vector normalized once gives F.cosine_similarity's loss bit for bit, and its gradient to rounding; a zero
-    vector (an empty bag) has cosine 0 either way."""
+    """Each vector normalized once gives F.cosine_similarity's loss bit for bit, and its written-out gradient is
+    autograd's through F.normalize to rounding; a zero vector (an empty bag) has cosine 0 either way, and a norm
+    under the floor passes no gradient through the norm (where cosine_similarity's own gradient differs a little)."""
     vectors = torch.randn(4, 128, 64, generator=torch.Generator().manual_seed(5))
     vectors[0, 3] = 0
+    vectors[1, 7] *= 1e-12
     vectors.requires_grad_()
     src, tgt, neg_src, neg_tgt = vectors
     valid = [(torch.arange(128) % 5 != 0).float(), (torch.arange(128) % 7 != 0).float()]
@@ -78,9 +80,12 @@ def test_margin_loss_is_the_cosine_similarity_form_bit_for_bit(symmetric):
     want = (0.4 - positive + F.cosine_similarity(src, neg_src)).clamp_min(0) * valid[0]
     if symmetric:
         want = want + (0.4 - positive + F.cosine_similarity(tgt, neg_tgt)).clamp_min(0) * valid[1]
-    got = train.margin_loss(vectors[: 3 + symmetric].flatten(0, 1), valid[: 1 + symmetric], 0.4)
-    assert torch.equal(got, want.mean())
-    torch.testing.assert_close(*(torch.autograd.grad(loss, vectors)[0] for loss in (got, want.mean())))
+    got = train.margin_loss(vectors[: 3 + symmetric].flatten(0, 1), valid[: 1 + symmetric], 0.4, weight=2.5)
+    assert torch.equal(got, 2.5 * want.mean())
+    unit = F.normalize(vectors, dim=2, eps=1e-8)
+    hinges = 0.4 - (unit[0] * unit[1]).sum(-1) + (unit[: 1 + symmetric] * unit[2 : 3 + symmetric]).sum(-1)
+    autograd = 2.5 * (hinges.clamp_min(0) * torch.stack(valid[: 1 + symmetric])).sum(0).mean()
+    torch.testing.assert_close(*(torch.autograd.grad(loss, vectors)[0] for loss in (got, autograd)))
 
 
 def random_megabatch(n: int, seed: int):
