@@ -26,10 +26,10 @@ from paraphrastic.models import (
     load_model,
     read_sp_model,
     resolve_device,
-    train_sentencepiece,
 )
 from paraphrastic.pairs import ShardSet, iter_pairs, shard_paths, tokenize_pairs
 from paraphrastic.resume import check_inputs_unchanged, check_resume_args, load_resume_state
+from paraphrastic.static import train_sentencepiece
 from paraphrastic.train_config import OUTPUTS, SP_INPUT, Config, make_config, model_parts
 from paraphrastic.workers import use_threads
 

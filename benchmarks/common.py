@@ -8,7 +8,7 @@ import platform
 import sys
 from pathlib import Path
 
-from paraphrastic import models
+from paraphrastic import models, static
 from paraphrastic.teacher import english_training_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def sp_model_50k() -> bytes:
         CACHE.mkdir(exist_ok=True)
         text = CACHE / "en.txt"
         text.write_text("\n".join(s.lower() for s in english_sentences()) + "\n", encoding="utf-8")
-        path.write_bytes(models.train_sentencepiece(text, vocab_size=50_000))
+        path.write_bytes(static.train_sentencepiece(text, vocab_size=50_000))
     return path.read_bytes()
 
 

@@ -40,7 +40,7 @@ from paraphrastic.fileio import (
 )
 from paraphrastic.preprocess.filters import filter_pairs, ngram_overlap, tokenize
 from paraphrastic.shards import write_shard
-from paraphrastic.static import Tokenizer, flatten
+from paraphrastic.static import Tokenizer, flatten, train_sentencepiece
 
 CHUNK_LINES = 50_000
 # ISO 639-1 codes to the other names the same language has in our TSV collections (NTREX, Tatoeba-Challenge).
@@ -379,7 +379,6 @@ def _as_objects(lines: list[bytes]) -> np.ndarray:
 
 def train_sp(src: Path, out: Path, vocab_size: int, sample_pairs: int = 1_000_000, threads: int | None = None) -> dict:
     """One sentencepiece model over both sides of the first `sample_pairs` pairs of the shuffled file."""
-    from paraphrastic.models import train_sentencepiece  # here: the other steps start without torch
 
     with scratch_folder(out.parent, ".sp-text") as tmp, open(tmp / "text.txt", "wb") as text, open(src, "rb") as f:
         for lines in iter(lambda: list(itertools.islice(f, 100_000)), []):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from paraphrastic import models
+from paraphrastic import models, static
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +104,7 @@ def corpus_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def sp_bytes(corpus_file) -> bytes:
-    return models.train_sentencepiece(corpus_file, vocab_size=120, num_threads=1)
+    return static.train_sentencepiece(corpus_file, vocab_size=120, num_threads=1)
 
 
 @pytest.fixture

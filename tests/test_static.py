@@ -72,10 +72,15 @@ def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tin
     lines = tmp_path / "six.txt"
     lines.write_bytes(b"A man plays a guitar.\n\nSomeone plays music.\n\xff bad byte\nlast line without newline")
     (tmp_path / "pairs.tsv").write_text("a man\ta guy\nthe dog\tthe cat\n")
+    pairs = zip(generated_sentences(300, seed=1), generated_sentences(300, seed=2), strict=True)
+    (tmp_path / "many.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
     out = run_without_torch(f"""
         import sys
         import paraphrastic
         from paraphrastic import embed_sentences, score_sentence_pairs, static
+        from paraphrastic.preprocess import steps  # preprocessing's sentencepiece step needs no torch either
+        assert steps.main(["train-sp", {str(tmp_path / "many.tsv")!r}, "--out", {str(tmp_path / "sp.model")!r},
+                           "--vocab-size", "60"]) == 0
         embed_sentences.main(["--sentence-file", {str(lines)!r}, "--output-file", {str(tmp_path / "v.npy")!r},
                               "--load-file", {str(tiny_model_file)!r}, "--quiet"])
         score_sentence_pairs.main(["--sentence-pair-file", {str(tmp_path / "pairs.tsv")!r}, "--output-file",
@@ -87,6 +92,7 @@ def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tin
             print("missing", e)
     """)
     assert "default StaticModel" in out and "nope.pt: no such model file" in out
+    assert len(models.Tokenizer((tmp_path / "sp.model").read_bytes(), lowercase=True)) > 30
     torch_model = models.load_model(tiny_model_file)
     from paraphrastic.fileio import read_lines
 
