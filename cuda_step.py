@@ -35,19 +35,21 @@ class Distinct(NamedTuple):
 
 
 def distinct_rows(ids: torch.Tensor, spare: int, size: int, real: torch.Tensor | None = None) -> Distinct:
-    """The Distinct of `ids` in `size` slots (at least the distinct count, plus one where padding follows). `real`:
-    how many leading ids are real, the rest padding of the spare row (the largest id): its slot is left empty, so
-    that the padding adds nothing to any gradient."""
+    """The Distinct of `ids` in `size` slots (at least the distinct count, plus one where padding follows), or of
+    each row of `ids` (2-D: a Distinct of rows). `real`: how many leading ids are real (per row), the rest padding
+    of the spare row (the largest id): its slot is left empty, so that the padding adds nothing to any gradient."""
     ordered, order = torch.sort(ids, stable=True)
     new = torch.ones_like(ordered, dtype=torch.bool)
-    new[1:] = ordered[1:] != ordered[:-1]
-    slot = torch.cumsum(new, 0) - 1
-    starts = torch.searchsorted(slot, torch.arange(size + 1, device=ids.device))
+    new[..., 1:] = ordered[..., 1:] != ordered[..., :-1]
+    slot = torch.cumsum(new, -1) - 1
+    starts = torch.searchsorted(
+        slot, torch.arange(size + 1, device=ids.device).expand(*ids.shape[:-1], -1).contiguous()
+    )
     if real is not None:
-        starts = starts.clamp_max(real)
-    filled = starts[:-1] < starts[1:]
-    rows = torch.where(filled, ordered[starts[:-1].clamp_max(len(ids) - 1)], spare)
-    return Distinct(rows, torch.empty_like(slot).scatter_(0, order, slot), order, starts)
+        starts = torch.minimum(starts, real.unsqueeze(-1))
+    filled = starts[..., :-1] < starts[..., 1:]
+    rows = torch.where(filled, ordered.gather(-1, starts[..., :-1].clamp_max(ids.shape[-1] - 1)), spare)
+    return Distinct(rows, torch.empty_like(slot).scatter_(-1, order, slot), order, starts)
 
 
 class _BagSums(torch.autograd.Function):
@@ -113,7 +115,7 @@ class Plan(NamedTuple):
     """Every full mini-batch of a mega-batch, made ready for its step at once: step k's row of `ints` holds its
     ids' slots (local), their sorted order and bags (owner), the slots' starts and distinct rows, and its bags'
     bounds; its row of `floats` the anchors' validity and its bags' sizes (widths: `layout`). A step reads them
-    with two gathers, where building them itself took some forty small kernels."""
+    with two gathers, where building them itself took some fifty small kernels."""
 
     ints: torch.Tensor
     floats: torch.Tensor
@@ -141,17 +143,9 @@ def plan_steps(mb, batch: int, one_sided: bool, spare: int, ids: int, rows: int,
     step = torch.repeat_interleave(torch.arange(steps, device=device), real, output_size=total)
     column = torch.arange(total, device=device) - (torch.cumsum(real, 0) - real)[step]
     padded = torch.full((steps, ids), spare, dtype=flat.dtype, device=device).index_put_((step, column), flat)
-    ordered, order = torch.sort(padded, dim=1, stable=True)
-    new = torch.ones_like(ordered, dtype=torch.bool)
-    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
-    slot = torch.cumsum(new, 1) - 1
-    starts = torch.searchsorted(slot, torch.arange(rows + 1, device=device).expand(steps, -1).contiguous())
-    starts = torch.minimum(starts, real.unsqueeze(1))  # the padding's slot is left empty
-    filled = starts[:, :-1] < starts[:, 1:]
-    distinct = torch.where(filled, ordered.gather(1, starts[:, :-1].clamp_max(ids - 1)), spare)
-    local = torch.empty_like(slot).scatter_(1, order, slot)
-    owner = torch.searchsorted(bounds, order, right=True) - 1
-    ints = torch.cat([local, order, owner, starts, distinct, bounds], 1)
+    distinct = distinct_rows(padded, spare, rows, real)
+    owner = torch.searchsorted(bounds, distinct.order, right=True) - 1
+    ints = torch.cat([distinct.local, distinct.order, owner, distinct.starts, distinct.rows, bounds], 1)
     return Plan(ints, torch.cat([valid.float(), lens.clamp_min(1).float()], 1))
 
 
