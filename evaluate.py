@@ -581,9 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     langs = chosen_langs(args.data_dir, args.langs)
     refuse_same_file(args.json, static.model_path(args.load_file), args.sp_model, args.data_dir)
     workers.use_threads(args.threads)
-    from paraphrastic.models import load_model  # here: --help and argument errors come before torch
+    from paraphrastic import load_encoder  # here: --help and argument errors come before the model's reader
 
-    model = load_model(args.load_file, args.sp_model, args.device)
+    model = load_encoder(args.load_file, args.sp_model, args.device)  # our SP checkpoints on the CPU: no torch
     start = time.perf_counter()
     results = evaluate(model, args.data_dir, args.tasks, langs, args.batch_size, args.require_all)
     seconds = time.perf_counter() - start

@@ -20,8 +20,16 @@ AWKWARD = ["", "   ", "\ufffd", "Ünïcödé and ÇAPS", "x" * 3000, "a\tb"]
 
 
 def run_without_torch(code: str) -> str:
-    """Run `code` in a fresh Python where importing torch fails, so that no path can use it unseen."""
-    guard = "import sys; sys.modules['torch'] = None\n"
+    """Run `code` in a fresh Python where importing torch fails, so that no path can use it unseen (a finder first
+    in sys.meta_path refuses it; `sys.meta_path.pop(0)` lets it in again)."""
+    guard = textwrap.dedent("""
+        import sys
+        class NoTorch:
+            def find_spec(self, name, path=None, target=None):
+                if name.partition(".")[0] == "torch":
+                    raise ImportError("torch may not be imported here")
+        sys.meta_path.insert(0, NoTorch())
+    """)
     result = subprocess.run([sys.executable, "-c", guard + textwrap.dedent(code)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
@@ -74,11 +82,19 @@ def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tin
     (tmp_path / "pairs.tsv").write_text("a man\ta guy\nthe dog\tthe cat\n")
     pairs = zip(generated_sentences(300, seed=1), generated_sentences(300, seed=2), strict=True)
     (tmp_path / "many.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+    (tmp_path / "data/sts/en/stsb").mkdir(parents=True)
+    scored = zip(generated_sentences(20, seed=3), generated_sentences(20, seed=4), strict=True)
+    (tmp_path / "data/sts/en/stsb/dev.tsv").write_text(
+        "".join(f"{i % 6}\t{a}\t{b}\n" for i, (a, b) in enumerate(scored))
+    )
     out = run_without_torch(f"""
         import sys
         import paraphrastic
         from paraphrastic import embed_sentences, score_sentence_pairs, static
+        from paraphrastic import evaluate
         from paraphrastic.preprocess import steps  # preprocessing's sentencepiece step needs no torch either
+        assert evaluate.main(["--data-dir", {str(tmp_path / "data")!r}, "--tasks", "stsb", "--load-file",
+                              {str(tiny_model_file)!r}]) == 0
         assert steps.main(["train-sp", {str(tmp_path / "many.tsv")!r}, "--out", {str(tmp_path / "sp.model")!r},
                            "--vocab-size", "60"]) == 0
         embed_sentences.main(["--sentence-file", {str(lines)!r}, "--output-file", {str(tmp_path / "v.npy")!r},
@@ -91,7 +107,7 @@ def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tin
         except paraphrastic.fileio.ModelError as e:
             print("missing", e)
     """)
-    assert "default StaticModel" in out and "nope.pt: no such model file" in out
+    assert "default StaticModel" in out and "nope.pt: no such model file" in out and "dev           20" in out
     assert len(models.Tokenizer((tmp_path / "sp.model").read_bytes(), lowercase=True)) > 30
     torch_model = models.load_model(tiny_model_file)
     from paraphrastic.fileio import read_lines
@@ -101,7 +117,7 @@ def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tin
     assert (tmp_path / "s.tsv").read_text().count("\n") == 2
     switched = run_without_torch(f"""
         import sys
-        del sys.modules["torch"]  # importable again: the stream below is long enough to want it
+        sys.meta_path.pop(0)  # torch importable again: the stream below is long enough to want it
         import paraphrastic
         from paraphrastic import static
         static.TORCH_FROM = 1000
@@ -138,7 +154,7 @@ def test_threads_set_before_torch_is_loaded_still_hold_for_a_torch_model(tmp_pat
     (tmp_path / "in.txt").write_text("a man\n" * 50)
     out = run_without_torch(f"""
         import sys
-        del sys.modules["torch"]  # importable: the word model loads through torch, after --threads was read
+        sys.meta_path.pop(0)  # torch importable: the word model loads through torch, after --threads was read
         from paraphrastic import embed_sentences, workers
         sizes = []
         embed_sentences.Workers = lambda model, size: sizes.append(size) or workers.Workers(model, size)
