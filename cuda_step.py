@@ -128,21 +128,46 @@ class Plan(NamedTuple):
         return [ids, ids, ids, rows + 1, rows, bags + 1], [anchors * batch, bags]
 
 
-def plan_steps(mb, batch: int, one_sided: bool, spare: int, ids: int, rows: int, total: int) -> Plan:
-    """The Plan of `mb`'s full mini-batches of `batch` pairs, in columns `ids` and `rows` wide (at least each
-    step's slots; `total`: their real ids). Each step's values equal those distinct_rows and segment_mean compute
-    for it alone: its ids sorted in a row of their own, padded with the spare row, which sorts last."""
+class StepSentences(NamedTuple):
+    """A mega-batch's full mini-batches, a row each: their anchors' validity, their sentences' lengths
+    (minibatch_sentences' layout) and ids (`real` a row; `flat` all of them in order, `step` each one's row)."""
+
+    valid: torch.Tensor
+    lens: torch.Tensor
+    real: torch.Tensor
+    flat: torch.Tensor
+    step: torch.Tensor
+
+
+def step_sentences(mb, batch: int, one_sided: bool) -> StepSentences:
+    """The StepSentences of `mb`'s full mini-batches of `batch` pairs, made once for count_steps and plan_steps."""
     steps, device = mb.n // batch, mb.lengths.device
     idx, negatives = minibatch_sentences(torch.arange(steps * batch, device=device), mb.n, mb.negatives, one_sided)
     idx = idx.view(-1, steps, batch).transpose(0, 1).reshape(steps, -1)  # a step's sentences in its own layout
     valid = torch.stack(negatives).view(-1, steps, batch).transpose(0, 1).reshape(steps, -1) >= 0
     lens = mb.lengths[idx]
     real = lens.sum(1)
+    flat = mb.sentences.take(idx.flatten(), mb.lengths).ids
+    step = torch.repeat_interleave(torch.arange(steps, device=device), real, output_size=len(flat))
+    return StepSentences(valid, lens, real, flat, step)
+
+
+def count_steps(sentences: StepSentences, spare: int) -> list[list[int]]:
+    """(ids, distinct ids) of each step, counted on the device at once and read back: what fixes its slots."""
+    steps = len(sentences.real)
+    keys = torch.unique(sentences.step * (spare + 1) + sentences.flat)
+    found = [sentences.real, torch.bincount(keys // (spare + 1), minlength=steps)]
+    return torch.stack(found).tolist()
+
+
+def plan_steps(sentences: StepSentences, spare: int, ids: int, rows: int) -> Plan:
+    """The Plan of the steps, in columns `ids` and `rows` wide (at least each step's slots). Each step's values
+    equal those distinct_rows and segment_mean compute for it alone: its ids sorted in a row of their own, padded
+    with the spare row, which sorts last."""
+    valid, lens, real, flat, step = sentences
     bounds = torch.cat([torch.cumsum(lens, 1) - lens, real.unsqueeze(1)], 1)  # the padding's bag starts at `real`
-    flat = mb.sentences.take(idx.flatten(), mb.lengths, total).ids
-    step = torch.repeat_interleave(torch.arange(steps, device=device), real, output_size=total)
-    column = torch.arange(total, device=device) - (torch.cumsum(real, 0) - real)[step]
-    padded = torch.full((steps, ids), spare, dtype=flat.dtype, device=device).index_put_((step, column), flat)
+    column = torch.arange(len(flat), device=flat.device) - (torch.cumsum(real, 0) - real)[step]
+    padded = torch.full((len(real), ids), spare, dtype=flat.dtype, device=flat.device).index_put_((step, column), flat)
     distinct = distinct_rows(padded, spare, rows, real)
     owner = torch.searchsorted(bounds, distinct.order, right=True) - 1
     ints = torch.cat([distinct.local, distinct.order, owner, distinct.starts, distinct.rows, bounds], 1)
@@ -153,10 +178,10 @@ class GraphedSteps:
     """Mini-batch updates of fixed shapes, recorded once as CUDA graphs and replayed: a step then costs the host one
     launch instead of a hundred, which is what a GPU's step at batch 128 waits for otherwise.
 
-    Each mega-batch's mini-batches' ids and distinct rows are counted on the device at once (one read back), which
-    fixes each step's shape (`slots` of its counts), and then planned at once into buffers that keep their addresses
-    (plan_steps): each step's ids padded with a last bag of the spare row that no loss reads, their distinct rows,
-    bags and order. A step reads its row of the plan by its index (a one-number buffer). The first step of each
+    Each mega-batch's mini-batches' ids and distinct rows are counted on the device at once (count_steps, one read
+    back), which fixes each step's shape (`slots` of its counts), and then planned at once into buffers that keep
+    their addresses (plan_steps): each step's ids padded with a last bag of the spare row that no loss reads, their
+    distinct rows, bags and order. A step reads its row of the plan by its index (a one-number buffer). The first step of each
     shape runs directly (warming the kernels up) and is then recorded, every graph in one memory pool; where
     recording fails, or off a GPU (the tests), every step runs that same code directly.
     """
@@ -198,34 +223,20 @@ class GraphedSteps:
     def load(self, mb) -> None:
         """Plan a new mega-batch's steps into the buffers (grown, and the graphs dropped, when it does not fit) and
         fix the shape of each."""
-        ids, rows = self.counts(mb)
-        self.shapes = [(slots(i), slots(r + 1)) for i, r in zip(ids, rows, strict=True)]
+        config, spare = self.trainer.config, self.trainer.optimizer.rows
+        sentences = step_sentences(mb, config.batch_size, config.one_sided)
+        self.shapes = [(slots(i), slots(r + 1)) for i, r in zip(*count_steps(sentences, spare), strict=True)]
         need = [len(self.shapes), *(max(column, default=1) for column in zip(*self.shapes, strict=True))]
         grown = tuple(max(1 << (n - 1).bit_length(), have) for n, have in zip(need, self.capacity, strict=True))
-        config = self.trainer.config
         if grown != self.capacity:  # powers of two: few regrowths, each dropping the graphs
             self.capacity = grown
             self.widths = Plan.layout(*grown[1:], config.batch_size, 1 if config.one_sided else 2)
             self.plan = Plan(*(torch.empty(grown[0], sum(w), dtype=t, device=self.device)
                                for w, t in zip(self.widths, (torch.int64, torch.float32), strict=True)))  # fmt: skip
             self.graphs = {}
-        plan = plan_steps(mb, config.batch_size, config.one_sided, self.trainer.optimizer.rows, *self.capacity[1:],
-                          sum(ids))  # fmt: skip
-        for into, values in zip(self.plan, plan, strict=True):
+        for into, values in zip(self.plan, plan_steps(sentences, spare, *self.capacity[1:]), strict=True):
             into[: len(values)].copy_(values)
         self.loaded = mb
-
-    def counts(self, mb) -> list[list[int]]:
-        """(ids, distinct ids) of each full mini-batch of `mb`, counted on the device for all of them at once."""
-        batch, spare = self.trainer.config.batch_size, self.trainer.optimizer.rows
-        steps = mb.n // batch
-        idx, _ = minibatch_sentences(torch.arange(steps * batch, device=self.device), mb.n, mb.negatives,
-                                     self.trainer.config.one_sided)  # fmt: skip
-        step_of = torch.arange(len(idx), device=self.device) % (steps * batch) // batch
-        owner = torch.repeat_interleave(step_of, mb.lengths[idx])
-        keys = torch.unique(owner * (spare + 1) + mb.sentences.take(idx, mb.lengths).ids)
-        found = [torch.bincount(owner, minlength=steps), torch.bincount(keys // (spare + 1), minlength=steps)]
-        return torch.stack(found).tolist()
 
     def first_run(self) -> None:
         """Run a step of a new shape directly (on a side stream, as a graph's warm-up must), then record it."""

@@ -45,17 +45,20 @@ def main() -> None:
     print(machine_header())
     train.SYNC_FREE_ON_CPU = True
     filled, before = [], []  # (real ids, id slots, distinct rows, row slots) of each full mini-batch; slots before
-    counts = getattr(cuda_step.GraphedSteps, "counts", None)
+    # the per-step counts: cuda_step.count_steps, or GraphedSteps.counts in commits before it (compared on PYTHONPATH)
+    where = cuda_step if hasattr(cuda_step, "count_steps") else cuda_step.GraphedSteps
+    name = "count_steps" if where is cuda_step else "counts"
+    counts = getattr(where, name, None)
     if counts is not None:
 
-        def counted(self, mb):
-            found = counts(self, mb)
+        def counted(*args):
+            found = counts(*args)
             filled.extend((i, cuda_step.slots(i), r, cuda_step.slots(r + 1)) for i, r in zip(*found, strict=True))
             power = 1 << (max(found[0]) - 1).bit_length()  # the rule before: one power of two a mega-batch, for both
             before.extend([power] * len(found[0]))
             return found
 
-        cuda_step.GraphedSteps.counts = counted
+        setattr(where, name, counted)
     step_ops, run = [], cuda_step.GraphedSteps.run
 
     def counted_run(self):

@@ -79,10 +79,11 @@ def torchrun(args: list[str], dump=None, launcher: bool = False) -> None:
     with socket.socket() as s:  # a free port for rank 0's store
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
-                        "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+                        "LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}  # fmt: skip
     ranks = [subprocess.Popen([sys.executable, *script, *args], env=env | {"RANK": str(r), "LOCAL_RANK": str(r)},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for r in (0, 1)]  # fmt: skip
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]  # fmt: skip
     try:
         errors = [rank.communicate(timeout=120)[1] for rank in ranks]
     finally:
