@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import pickle
-import platform
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -353,17 +352,6 @@ def native_bf16(device: torch.device | str = "cpu") -> bool:
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def cpu_name() -> str:
-    """The CPU model, printed beside every speed figure (speeds differ between machines)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _safe_load(path: Path) -> dict:

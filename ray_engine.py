@@ -49,7 +49,7 @@ from paraphrastic.fileio import (
     open_input,
     parse_pair_lines,
 )
-from paraphrastic.static import TORCH_FROM, model_path, use_torch_for
+from paraphrastic.static import model_path, use_torch_for
 from paraphrastic.workers import use_threads
 
 LINES_PER_ITEM = 262_144  # lines of a plain text file in one work item
@@ -259,10 +259,11 @@ def read_items(item: dict, text_column: str, strict: bool) -> Iterator[tuple[int
         yield number - 1, lines, invalid
 
 
-def actor_model(model: str | None, share: int = TORCH_FROM):
+def actor_model(model: str | None, share: int = 0):
     """The model of a Ray actor, loaded once: on one thread (Ray gives every actor one CPU), with torch's pooling
-    kernel from the start when the actor's `share` of the texts repays its import (the local workers' rule), and
-    its start-up objects frozen out of the garbage collections (they live as long as the actor)."""
+    kernel from the start when the actor's `share` of the texts is known to repay its import (the local workers'
+    rule; an actor whose share is unknown switches once it has pooled that many), and its start-up objects frozen
+    out of the garbage collections (they live as long as the actor)."""
     use_threads(1)
     use_torch_for(share)
     encoder = load_encoder(model)
@@ -275,7 +276,7 @@ class Parts:
     (embedding, or scoring with `score`); `run_item` returns the item's record."""
 
     def __init__(self, model: str | None, out: str, batch_size: int = 8192, strict: bool = False,
-                 score: bool = False, skip_bad: bool = False, text_column: str = "text", share: int = TORCH_FROM):  # fmt: skip
+                 score: bool = False, skip_bad: bool = False, text_column: str = "text", share: int = 0):  # fmt: skip
         self.model, self.out = actor_model(model, share * (2 if score else 1)), Path(out)
         self.batch_size, self.strict, self.score, self.skip_bad = batch_size, strict, score, skip_bad
         self.text_column = text_column
@@ -354,8 +355,8 @@ def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
     queue, running, done, failed, hired, lost = list(reversed(items)), {}, {}, None, [], set()
     heard, times = {}, []  # each actor's last sign of life; seconds between an actor's finished items
     team: list = []  # the actors that have loaded the model and are not lost
-    lines = [i["lines"] for i in items]
-    parts.setdefault("share", sum(lines) // min(workers, len(items)) if min(lines) >= 0 else TORCH_FROM)
+    known = sum(i["lines"] for i in items if i["lines"] > 0)  # a .gz or Parquet item's lines are not counted
+    parts.setdefault("share", known // min(workers, len(items)))
 
     def hire() -> None:  # a new actor; it gets its items once it has loaded the model
         hired.append(remote.remote(out=str(out), **parts))

@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import ROOT, children, english_sentences, machine_header
+from common import ROOT, children, cpu_name, english_sentences, machine_header
 
-from paraphrastic import models
+import paraphrastic
 
 BIN = Path(sys.executable).parent
 
@@ -95,7 +95,7 @@ def tokenize_seconds(tokenizer, sample: list[str], threads: int = 1) -> float:
 def sentencepiece_alone(lines: list[str], threads: int = 1) -> float:
     """Sentences/s of the shipped model's sentencepiece (with its lowercasing) on `threads` of its own threads."""
     sample = lines[:400_000]
-    return len(sample) / tokenize_seconds(models.load_model().tokenizers[0], sample, threads)
+    return len(sample) / tokenize_seconds(paraphrastic.load_encoder().tokenizer, sample, threads)
 
 
 _AT_ONCE: tuple = ()  # (tokenizer, lines, barrier) for the forked processes of sentencepiece_processes
@@ -113,7 +113,7 @@ def sentencepiece_processes(lines: list[str], n: int) -> float:
     ceiling of n workers, where N x one thread is the ideal."""
     global _AT_ONCE
     fork = multiprocessing.get_context("fork")
-    _AT_ONCE = (models.load_model().tokenizers[0], lines[:200_000], fork.Barrier(n))
+    _AT_ONCE = (paraphrastic.load_encoder().tokenizer, lines[:200_000], fork.Barrier(n))
     with fork.Pool(n) as pool:
         seconds = pool.map(_tokenize_at_once, range(n), chunksize=1)
     return n * len(_AT_ONCE[1]) / max(seconds)
@@ -196,7 +196,7 @@ def main() -> None:
             print(f"  {command} --help, median of {args.startup_runs}: {statistics.median(runs):.2f} s")
         return
     print(machine_header())
-    print(f"cpu: {models.cpu_name()}, {args.cores} cores used")
+    print(f"cpu: {cpu_name()}, {args.cores} cores used")
     with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
         tmp = Path(tmp)
         text, pairs = tmp / "lines.txt", tmp / "pairs.txt"
@@ -206,7 +206,7 @@ def main() -> None:
         own = sentencepiece_alone(lines, args.cores)
         print(f"sentencepiece alone: 1 thread {single:,.0f} sentences/s; its own {args.cores} threads {own:,.0f} "
               f"({own / single:.1f}x: what the tokenizer itself gains from the cores)")  # fmt: skip
-        row_bytes = models.load_model().dim * 4
+        row_bytes = paraphrastic.load_encoder().dim * 4
         size = min(args.lines * row_bytes, 2 << 30)
         disk = disk_rate(tmp, size)
         print(f"the disk alone: {disk / 1e6:,.0f} MB/s writing and syncing {size / 2**30:.1f} GiB in the output's "

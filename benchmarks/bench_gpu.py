@@ -20,6 +20,8 @@ suite runs it) where there is no GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -63,6 +65,18 @@ def run(*cmd: str | Path) -> subprocess.CompletedProcess:
     return done
 
 
+def train_run(*args: str | Path | int) -> None:
+    """paraphrastic-train in this process (the command's own main: torch is imported here already, and each of
+    the check's runs would otherwise import it again); what it prints is kept for the error if it fails."""
+    from paraphrastic import train
+
+    argv, said = [str(a) for a in args], io.StringIO()
+    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+        code = train.main([*argv, "--quiet"])
+    if code != 0:
+        raise RuntimeError(f"failed: paraphrastic-train {' '.join(argv)}\n{said.getvalue()[-3000:]}")
+
+
 def section(title: str, work, *args) -> None:
     """Print a title and run one part of the check; a failure is printed and the other parts still run (the
     check is one call on a lent machine)."""
@@ -90,7 +104,7 @@ def train_rates(folder: Path, device: str, runs: list[tuple[int, int, int]], rat
     for batch, m, count in runs:
         for mode in ("paraphrase", "bitext"):
             out = folder / f"run-{batch}-{m}-{mode}"
-            run(sys.executable, ROOT / "train.py", "--train-shards", shard, "--sp-model", folder / "sp.model",
+            train_run("--train-shards", shard, "--sp-model", folder / "sp.model",
                 "--output-dir", out, "--dim", dim, "--batch-size", batch, "--megabatch-size", m,
                 "--megabatch-anneal", 0, "--max-steps", count, "--log-every", m, "--mode", mode, "--device", device)  # fmt: skip
             records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -219,7 +233,7 @@ def equality(folder: Path, data: Path, device: str, updates: int, pairs: int | N
     figures, sp = {}, []  # sentencepiece trained once, by the first run: the others take its model
     for where in dict.fromkeys([device, "cpu"]):
         out = folder / f"short-{where}"
-        run(BIN / "paraphrastic-train", "--train-file", pairs, "--output-dir", out, "--dim", 128, "--vocab-size", vocab,
+        train_run("--train-file", pairs, "--output-dir", out, "--dim", 128, "--vocab-size", vocab,
             "--batch-size", 128, "--megabatch-size", 1, "--max-steps", updates, "--save-every", updates, "--dev-file", dev,
             "--device", where, "--seed", 1, "--threads", 2, *sp)  # fmt: skip
         sp = sp or ["--sp-model", out / "sp.model"]
@@ -231,9 +245,9 @@ def equality(folder: Path, data: Path, device: str, updates: int, pairs: int | N
     common = ["--train-file", pairs, *sp, "--dim", 128, "--batch-size", 128, "--megabatch-size", 10,
               "--megabatch-anneal", 0, "--save-every", updates // 6, "--device", device, "--seed", 1, "--threads", 2]  # fmt: skip
     half, quarter = updates // 2, updates // 4
-    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "straight", "--max-steps", half)
-    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "resumed", "--max-steps", quarter)
-    run(BIN / "paraphrastic-train", *common, "--output-dir", folder / "resumed", "--max-steps", half, "--resume")
+    train_run(*common, "--output-dir", folder / "straight", "--max-steps", half)
+    train_run(*common, "--output-dir", folder / "resumed", "--max-steps", quarter)
+    train_run(*common, "--output-dir", folder / "resumed", "--max-steps", half, "--resume")
     a, b = (torch.load(folder / run_ / "model.pt", weights_only=True)["embedding"] for run_ in ("straight", "resumed"))
     print(f"  stopped at update {quarter} and resumed to {half}, M = 10, {device}: equal to the straight run bit for bit: "
           f"{torch.equal(a, b)} (largest difference {float((a.float() - b.float()).abs().max()):.2e})")  # fmt: skip

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from common import cpu_name
 
 from paraphrastic import demo
-from paraphrastic.models import cpu_name, load_model
+from paraphrastic.models import load_model
 from paraphrastic.workers import use_threads
 
 EN_TEXT = Path(os.environ.get("PARAPHRASTIC_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from importlib import metadata
 from pathlib import Path
 
-from paraphrastic import models, static
-from paraphrastic.teacher import english_training_sentences
+from paraphrastic import static
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,6 +20,8 @@ CACHE = Path(__file__).resolve().parent / ".cache"
 def english_sentences() -> list[str]:
     """Unique English sentences of the shared training data (captions, ASSET, every English bitext
     side), in a fixed order: the same list on every machine that has ../shared/data."""
+    from paraphrastic.teacher import english_training_sentences  # teacher imports torch: only when asked
+
     if not DATA.is_dir():
         sys.exit(f"error: {DATA} not found: the benchmarks read the real data in ../shared/data")
     return english_training_sentences(DATA, skip_tatoeba=False)
@@ -44,16 +46,24 @@ def sp_model_50k() -> bytes:
     return path.read_bytes()
 
 
-def machine_header() -> str:
-    """One paragraph naming the machine, versions and thread counts behind the figures."""
-    import numpy
-    import sentencepiece
-    import torch
+def cpu_name() -> str:
+    """The CPU model, printed beside every speed figure (speeds differ between machines)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
-    cpu = models.cpu_name()
+
+def machine_header() -> str:
+    """One paragraph naming the machine, versions and thread counts behind the figures (the versions read from
+    the installed packages: a benchmark that never needs torch does not import it to print its version)."""
+    versions = {name: metadata.version(name) for name in ("torch", "sentencepiece", "numpy")}
     return (
-        f"machine: {cpu}, {os.cpu_count()} cores; python {platform.python_version()}, torch {torch.__version__}, "
-        f"sentencepiece {sentencepiece.__version__}, numpy {numpy.__version__}"
+        f"machine: {cpu_name()}, {os.cpu_count()} cores; python {platform.python_version()}, torch {versions['torch']}, "
+        f"sentencepiece {versions['sentencepiece']}, numpy {versions['numpy']}"
     )
 
 

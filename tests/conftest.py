@@ -9,11 +9,14 @@ import os
 import random
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 
-from paraphrastic import models, static
+from paraphrastic import static
+
+if TYPE_CHECKING:  # torch is imported by the fixtures that need it: pytest-xdist's controller runs no test
+    from paraphrastic import models
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,6 +128,10 @@ def pairs_file(tmp_path) -> Path:
 
 @pytest.fixture
 def tiny_model(sp_bytes) -> models.SPModel:
+    import torch
+
+    from paraphrastic import models
+
     torch.manual_seed(0)
     tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
     return models.SPModel(tokenizer, torch.randn(len(tokenizer), 16))
@@ -139,6 +146,10 @@ def tiny_model_file(tiny_model, tmp_path) -> Path:
 
 def sp_model(sp_bytes: bytes, dim: int = 4) -> models.SPModel:
     """An SP model with a zero table: enough to tokenize with."""
+    import torch
+
+    from paraphrastic import models
+
     tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
     return models.SPModel(tokenizer, torch.zeros(len(tokenizer), dim))
 

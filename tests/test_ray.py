@@ -138,7 +138,7 @@ def test_a_worker_killed_mid_job_still_gives_every_line_once(engine, tiny_model_
     out = tmp_path / "vectors"
     out.mkdir()
     items = engine.plan(files, lines_per_item=40)  # several items a file
-    engine.run(items, out, 2, actor=DyingParts, model=str(tiny_model_file), share=0)  # share 0: no torch to import
+    engine.run(items, out, 2, actor=DyingParts, model=str(tiny_model_file))
     assert (out / "killed-once").exists()  # the worker did die, and its item was run again
     table = pq.read_table(sorted(out.glob("part-*.parquet")))  # the parts run() wrote (no manifest: no job)
     keys = list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True))
@@ -174,7 +174,7 @@ def test_a_hung_worker_is_replaced_and_its_item_run_again(engine, tiny_model_fil
     out.mkdir()
     began = time.monotonic()
     items = engine.plan(files, lines_per_item=40)
-    done = engine.run(items, out, 2, actor=HangingParts, model=str(tiny_model_file), share=0)  # as above
+    done = engine.run(items, out, 2, actor=HangingParts, model=str(tiny_model_file))
     assert (out / "hung-once").exists() and time.monotonic() - began < 60
     table = pq.read_table(sorted(out.glob("part-*.parquet")))
     keys = list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True))
@@ -186,7 +186,7 @@ def test_the_ray_data_stage_adds_a_vector_column(engine, tiny_model_file):
     import ray as ray_module
 
     texts = generated_sentences(500, seed=14)
-    ds = engine.embed_dataset(ray_module.data.from_items([{"text": t} for t in texts]), str(tiny_model_file), workers=2)
+    ds = engine.embed_dataset(ray_module.data.from_items([{"text": t} for t in texts]), str(tiny_model_file))
     rows = ds.take_all()
     from paraphrastic import models
 

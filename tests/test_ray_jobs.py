@@ -61,8 +61,8 @@ def rows_of(folder: Path) -> tuple[list, bytes]:
     return keys, table.column("vector").combine_chunks().flatten().to_numpy().tobytes()
 
 
-def straight(cluster, model, files, out) -> tuple[list, bytes]:
-    args = ["--engine", "ray", "--address", cluster, "--input", *map(str, files), "--output-dir", str(out)]
+def straight(cluster, model, files, out, *extra: str) -> tuple[list, bytes]:
+    args = ["--engine", "ray", "--address", cluster, "--input", *map(str, files), "--output-dir", str(out), *extra]
     assert embed_sentences.main([*args, "--load-file", str(model), "--quiet"]) == 0
     return rows_of(out)
 
@@ -103,8 +103,8 @@ def alive_of(family: list, raylets: set[int]) -> list[str]:
 def test_a_driver_killed_at_random_moments_resumes_to_the_straight_run(cluster, tiny_model_file, inputs, tmp_path):
     """Fault injection: 6 seeded runs, each driver SIGKILLed at a random moment of its own sixth of a run's span
     (stratified: every sixth hit once, as 10 uniform moments hit each at least once, in 60% of the time), then
-    resumed with --resume: every output equals the straight run's, key for key and vector for vector, and until it
-    is resumed no reader takes a folder for complete."""
+    resumed with --resume on one worker: every output equals the straight run's on two, key for key and vector for
+    vector, and until it is resumed no reader takes a folder for complete."""
     began = time.perf_counter()
     want = straight(cluster, tiny_model_file, inputs, tmp_path / "straight")
     span = time.perf_counter() - began + 2.0  # a driver's own start: Python, the imports, joining the cluster
@@ -120,7 +120,8 @@ def test_a_driver_killed_at_random_moments_resumes_to_the_straight_run(cluster, 
             with pytest.raises(Exception, match="has not finished|no _SUCCESS"):
                 rows_of(out)
         args = ["--engine", "ray", "--address", cluster, "--input", *map(str, inputs), "--output-dir", str(out)]
-        assert embed_sentences.main([*args, "--load-file", str(tiny_model_file), "--quiet", "--resume"]) == 0
+        resume = ["--load-file", str(tiny_model_file), "--quiet", "--resume", "--threads", "1"]  # 1 actor: 2 s less
+        assert embed_sentences.main([*args, *resume]) == 0
         assert rows_of(out) == want, f"seed {seed}"
         assert sorted(p.name for p in out.iterdir() if not p.name.startswith("part-")) == [commit.MANIFEST]
 
@@ -160,7 +161,7 @@ def test_a_claimed_folder_is_refused_while_its_run_holds_it(tmp_path):
 def test_each_file_is_read_once_whatever_names_reach_it(cluster, tiny_model_file, inputs, tmp_path, monkeypatch):
     monkeypatch.chdir(inputs[0].parent)
     names = ["t00.txt", "t0*.txt", "./t00.txt", str(inputs[0]), "../in/t01.txt"]
-    keys, _ = straight(cluster, tiny_model_file, names, tmp_path / "o")
+    keys, _ = straight(cluster, tiny_model_file, names, tmp_path / "o", "--threads", "1")  # one actor: 2 s less
     assert len(keys) == len(set(keys)) == 10 * 200
 
 
@@ -170,9 +171,9 @@ def test_outputs_and_foreign_parquet_are_refused_as_inputs_before_any_work(clust
     import pyarrow.parquet as pq
 
     d = inputs[0].parent
-    straight(cluster, tiny_model_file, inputs[:2], d / "o1")
+    straight(cluster, tiny_model_file, inputs[:2], d / "o1", "--threads", "1")  # one actor a run: 2 s less each
     capsys.readouterr()
-    args = ["--engine", "ray", "--address", cluster, "--load-file", str(tiny_model_file), "--quiet"]
+    args = ["--engine", "ray", "--address", cluster, "--load-file", str(tiny_model_file), "--quiet", "--threads", "1"]
     assert embed_sentences.main([*args, "--input", str(d / "o1" / "*"), "--output-dir", str(d / "o2")]) == 2
     assert "a part of the output folder" in capsys.readouterr().err and not (d / "o2").exists()
     assert embed_sentences.main([*args, "--input", str(d / "*"), "--output-dir", str(d / "o2")]) == 0  # o1 left out
@@ -187,7 +188,8 @@ def test_outputs_and_foreign_parquet_are_refused_as_inputs_before_any_work(clust
 
 def test_errors_leave_no_folder_and_no_parts(cluster, tiny_model_file, tmp_path, capsys, monkeypatch):
     (tmp_path / "p.tsv").write_text("".join(f"a man {i}\ta woman\n" for i in range(100)) + "no tab here\n")
-    args = ["--engine", "ray", "--address", cluster, "--input", str(tmp_path / "p.tsv"), "--output-dir"]
+    args = ["--engine", "ray", "--address", cluster, "--threads", "1", "--input", str(tmp_path / "p.tsv"),
+            "--output-dir"]  # fmt: skip
     assert score_sentence_pairs.main([*args, str(tmp_path / "o"), "--load-file", str(tiny_model_file)]) == 2
     err = capsys.readouterr().err.strip().replace("\r", "\n").splitlines()
     assert err[-1].startswith(f"error: {tmp_path / 'p.tsv'}:101: expected")

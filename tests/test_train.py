@@ -342,8 +342,7 @@ def test_kill_and_resume_give_the_same_weights(sp_file, pairs_file, tmp_path):
     interrupted = run_cli(tiny_args(pairs_file, sp_file, killed, *common, "--resume"), kill="41:INT")
     assert interrupted.returncode == 130 and "--resume" in interrupted.stderr  # Ctrl-C saves, then stops
     assert torch.load(killed / "resume.pt", weights_only=True)["position"]["step"] == 41
-    resumed = run_cli(tiny_args(pairs_file, sp_file, killed, *common, "--resume"))
-    assert resumed.returncode == 0, resumed.stderr
+    assert train.main(tiny_args(pairs_file, sp_file, killed, *common, "--resume")) == 0  # no kill: in process
     assert torch.equal(weights(straight / "model.pt"), weights(killed / "model.pt"))
 
 
@@ -366,13 +365,13 @@ def test_short_run_on_caption_paraphrases_learns(shared_data, tmp_path):
     from paraphrastic import evaluate
 
     with gzip.open(shared_data / "train" / "en_paraphrase" / "multi30k_task2_en_captions.pairs.tsv.gz", "rt") as f:
-        pairs = tmp_path / "pairs.tsv"  # 80,000 pairs: more than 600 updates of 128 read
-        pairs.write_text("".join(itertools.islice(f, 80_000)), encoding="utf-8")
+        pairs = tmp_path / "pairs.tsv"  # 40,000 pairs: 500 updates of 128 read them 1.6 times
+        pairs.write_text("".join(itertools.islice(f, 40_000)), encoding="utf-8")
     sts17 = shared_data / "sts" / "2017" / "en-en.tsv"
     out = tmp_path / "run"
     args = [
-        "--train-file", str(pairs), "--output-dir", str(out), "--vocab-size", "4000", "--dim", "300",
-        "--max-steps", "600", "--megabatch-size", "1", "--lr", "0.01", "--log-every", "100",
+        "--train-file", str(pairs), "--output-dir", str(out), "--vocab-size", "2000", "--dim", "300",
+        "--max-steps", "500", "--megabatch-size", "1", "--lr", "0.01", "--log-every", "100",
     ]  # fmt: skip
     assert train.main(args) == 0
     tokenizer = models.Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
