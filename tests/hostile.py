@@ -16,7 +16,7 @@ from paraphrastic import models
 def with_pickle(path: Path, pickle: bytes, compress: int = zipfile.ZIP_STORED) -> Path:
     """A torch-format zip at `path` whose data.pkl is `pickle` (stored, or deflated)."""
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr("archive/data.pkl", pickle, compress_type=compress)
+        z.writestr("archive/data.pkl", pickle, compress_type=compress, compresslevel=1)  # the fastest to build
         z.writestr("archive/byteorder", "little")
         z.writestr("archive/version", "3\n")
     return path
