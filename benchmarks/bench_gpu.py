@@ -104,9 +104,9 @@ def train_rates(folder: Path, device: str, runs: list[tuple[int, int, int]], rat
     for batch, m, count in runs:
         for mode in ("paraphrase", "bitext"):
             out = folder / f"run-{batch}-{m}-{mode}"
-            train_run("--train-shards", shard, "--sp-model", folder / "sp.model",
-                "--output-dir", out, "--dim", dim, "--batch-size", batch, "--megabatch-size", m,
-                "--megabatch-anneal", 0, "--max-steps", count, "--log-every", m, "--mode", mode, "--device", device)  # fmt: skip
+            train_run("--train-shards", shard, "--sp-model", folder / "sp.model", "--output-dir", out, "--dim", dim,
+                      "--batch-size", batch, "--megabatch-size", m, "--megabatch-anneal", 0, "--max-steps", count,
+                      "--log-every", m, "--mode", mode, "--device", device)  # fmt: skip
             records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
             later = [r for r in records if r["event"] == "train"][1:]  # the first window holds the warm-up
             pairs_s = sum(r["pairs_per_s"] for r in later) / len(later)

@@ -62,8 +62,8 @@ def machine_header() -> str:
     the installed packages: a benchmark that never needs torch does not import it to print its version)."""
     versions = {name: metadata.version(name) for name in ("torch", "sentencepiece", "numpy")}
     return (
-        f"machine: {cpu_name()}, {os.cpu_count()} cores; python {platform.python_version()}, torch {versions['torch']}, "
-        f"sentencepiece {versions['sentencepiece']}, numpy {versions['numpy']}"
+        f"machine: {cpu_name()}, {os.cpu_count()} cores; python {platform.python_version()}, "
+        f"torch {versions['torch']}, sentencepiece {versions['sentencepiece']}, numpy {versions['numpy']}"
     )
 
 

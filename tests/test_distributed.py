@@ -66,10 +66,10 @@ sys.exit(train.main(sys.argv[2:], on_step=dump))
 
 
 def torchrun(args: list[str], dump=None, launcher: bool = False, script: Path | None = None) -> None:
-    """train.py (or `script`) on 2 CPU ranks (gloo); `dump`: the folder where each rank saves its final weights. The ranks get
-    torchrun's environment; `launcher`: torchrun itself starts them in new interpreters, else they are forked from
-    this process and run the same script (sparing torchrun's process and each rank's torch import, 4 s of CPU
-    each: the suite's time is its CPU's). A forked rank's output is this test's captured output."""
+    """train.py (or `script`) on 2 CPU ranks (gloo); `dump`: the folder where each rank saves its final weights.
+    The ranks get torchrun's environment; `launcher`: torchrun itself starts them in new interpreters, else they are
+    forked from this process and run the same script (sparing torchrun's process and each rank's torch import, 4 s
+    of CPU each: the suite's time is its CPU's). A forked rank's output is this test's captured output."""
     script = [str(script or ROOT / "train.py")]
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
