@@ -185,12 +185,13 @@ def every_core(lines: Path, core_lines: int, cores: int, full: bool) -> None:
         raise RuntimeError(f"bench_cores.py ended with {done.returncode}")
 
 
-def teacher_rate(device: str, sentences: int) -> None:
-    """Sentences/s of a MiniLM-L6-shaped encoder (random weights) on pre-tokenized input, fp32 and bf16 autocast."""
+def teacher_rate(device: str, sentences: int, layers: int = 6) -> None:
+    """Sentences/s of a MiniLM-L6-shaped encoder (random weights; fewer `layers` in a dry run) on pre-tokenized
+    input, fp32 and bf16 autocast."""
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    config = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    config = BertConfig(hidden_size=384, num_hidden_layers=layers, num_attention_heads=12, intermediate_size=1536)
     model = BertModel(config).to(device).eval()
     ids = torch.randint(1000, 30000, (sentences, 32), device=device)
     mask = torch.ones_like(ids)
@@ -323,7 +324,7 @@ def main() -> None:
             lines.write_text("".join(sentences[i % len(sentences)] + "\n" for i in range(count)), encoding="utf-8")
             section("paraphrastic-embed, the shipped English model:", embed_rates, folder, lines, device, cores)
         if "teacher" in parts:
-            section("a teacher's forward pass:", teacher_rate, device, 20_000 if full else 16)
+            section("a teacher's forward pass:", teacher_rate, device, *((20_000, 6) if full else (16, 1)))
 
 
 if __name__ == "__main__":
