@@ -37,7 +37,6 @@ from paraphrastic.fileio import (
     decode_raw,
     file_digest,
     flushing,
-    invalid_utf8_note,
     open_input,
     progress,
     refuse_same_file,
@@ -46,8 +45,7 @@ from paraphrastic.fileio import (
     worker_blocks,
     write_npy_rows,
 )
-from paraphrastic.language import foreign_warning
-from paraphrastic.static import english_only, model_path, tally_unknown, unknown_warning, use_torch_for
+from paraphrastic.static import model_path, tally_unknown, text_notes, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
@@ -349,12 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             model, args.sentence_file, args.output_file, args.dtype, batch_size=args.batch_size,
             chunk_lines=args.chunk_lines, strict=args.strict, quiet=args.quiet,
         )  # fmt: skip
-    if stats["invalid_utf8_lines"]:
-        print(invalid_utf8_note(stats["invalid_utf8_lines"]), file=sys.stderr)
-    if unknown := unknown_warning(model, stats):
-        print(unknown, file=sys.stderr)
-    if english_only(args.load_file) and (foreign := foreign_warning(stats)):
-        print(foreign, file=sys.stderr)
+    for note in text_notes(model, stats, args.load_file):
+        print(note, file=sys.stderr)
     where = "" if args.shard is None else f" (shard {args.shard} of {args.num_shards})"
     print(f"wrote {stats['rows']} x {model.dim} {args.dtype} embeddings{where} to {args.output_file}", file=sys.stderr)
     return 0

@@ -21,7 +21,6 @@ from paraphrastic.fileio import (
     bad_pairs_note,
     block_bytes,
     decode_raw,
-    invalid_utf8_note,
     open_input,
     parse_pair_lines,
     progress,
@@ -29,8 +28,7 @@ from paraphrastic.fileio import (
     remove_stale_temps,
     worker_blocks,
 )
-from paraphrastic.language import foreign_warning
-from paraphrastic.static import english_only, model_path, tally_unknown, unknown_warning, use_torch_for
+from paraphrastic.static import model_path, tally_unknown, text_notes, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads
 
 
@@ -122,12 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     sink = atomic_output(args.output_file, "w") if args.output_file else contextlib.nullcontext(sys.stdout)
     with sink as out:
         written, bad, empty, stats = score_file(model, args, out)
-    if stats["invalid_utf8_lines"]:
-        print(invalid_utf8_note(stats["invalid_utf8_lines"]), file=sys.stderr)
-    if unknown := unknown_warning(model, stats):
-        print(unknown, file=sys.stderr)
-    if english_only(args.load_file) and (foreign := foreign_warning(stats)):
-        print(foreign, file=sys.stderr)
+    for note in text_notes(model, stats, args.load_file):
+        print(note, file=sys.stderr)
     if bad:
         print(bad_pairs_note(stats["bad_lines"], bad), file=sys.stderr)
     if empty:

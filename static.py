@@ -26,7 +26,7 @@ import numpy as np
 import sentencepiece as spm
 
 from paraphrastic import language, workers
-from paraphrastic.fileio import JOB_BYTES, NOT_REGULAR, ModelError, left_by_dead, write_npy_rows
+from paraphrastic.fileio import JOB_BYTES, NOT_REGULAR, ModelError, invalid_utf8_note, left_by_dead, write_npy_rows
 from paraphrastic.workers import Workers
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
@@ -546,6 +546,14 @@ def unknown_warning(model: Encoding, stats: dict) -> str | None:
         f"warning: {100 * share:.1f}% of the sentences checked ({stats['unknown_checked']}) are mostly pieces this model "
         f"does not know, so their vectors are close to one shared vector and their scores mean little{hint}"
     )
+
+
+def text_notes(model: Encoding, stats: dict, model_arg: str | os.PathLike | None) -> list[str]:
+    """What a command says of its input text once it is done: its lines of invalid UTF-8, the lines the model cannot
+    read, and, with the shipped English model (`model_arg`), text in another language."""
+    notes = [invalid_utf8_note(stats["invalid_utf8_lines"])] if stats["invalid_utf8_lines"] else []
+    foreign = language.foreign_warning(stats) if english_only(model_arg) else None
+    return notes + [note for note in (unknown_warning(model, stats), foreign) if note]
 
 
 def ascii_marks_in(text_file: str | os.PathLike, folding: bool = False) -> str:
