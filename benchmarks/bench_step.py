@@ -1,12 +1,13 @@
 """The GPU's training step, run on this CPU: pairs/s, and the slots an update works on.
 
-    python benchmarks/bench_step.py [--steps 60] [--megabatch 10]
+    python benchmarks/bench_step.py [--steps 60] [--megabatch 10] [--batch 128] [--mode bitext] [--dim 1024]
 
 train.py's step that never waits on the device (fixed shapes, what a CUDA graph records; train.SYNC_FREE_ON_CPU),
-run on the CPU at dim 1024, 50,000 pieces, batch 128, bitext pool, on a synthetic shard. A CPU's pairs/s is no GPU's:
+run on the CPU at dim 1024, 50,000 pieces, batch 128, bitext pool, on a synthetic shard (bench_gpu.py's). A CPU's pairs/s is no GPU's:
 it counts the work a step does (rows gathered, pooled and updated), which the GPU's step time follows too. Run it
 on two commits to compare them. Where the step sizes its slots per mini-batch, it also prints how full they are,
-and it prints the ops a step dispatches, views aside: on a GPU each is a kernel, a node of the step's CUDA graph.
+and it prints the ops a step dispatches, views aside: on a GPU each is a kernel, a node of the step's CUDA graph, and the
+step shapes the run met (on a GPU each is a graph recorded on the host's clock; they follow the ids, not --dim).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=60, help="updates (the first mega-batch's are left out)")
     p.add_argument("--megabatch", type=int, default=10, help="M, mini-batches a mega-batch")
+    p.add_argument("--batch", type=int, default=BATCH, help="pairs a mini-batch")
+    p.add_argument("--mode", choices=["bitext", "paraphrase"], default="bitext", help="the negatives' pool")
+    p.add_argument("--dim", type=int, default=DIM, help="embedding dimension")
     args = p.parse_args()
     print(machine_header())
     train.SYNC_FREE_ON_CPU = True
@@ -71,17 +75,20 @@ def main() -> None:
         tmp = Path(tmp)
         sp = word_sentencepiece(tmp)
         (tmp / "sp.model").write_bytes(sp)
-        write_synthetic_shard(tmp / "pairs.h5", BATCH * (3 * args.megabatch + args.steps), sp)
+        write_synthetic_shard(tmp / "pairs.h5", args.batch * (3 * args.megabatch + args.steps), sp)
         out = tmp / "run"
         train.main(["--train-shards", str(tmp / "pairs.h5"), "--sp-model", str(tmp / "sp.model"), "--output-dir",
-                    str(out), "--dim", str(DIM), "--batch-size", str(BATCH), "--megabatch-size", str(args.megabatch),
-                    "--megabatch-anneal", "0", "--max-steps", str(args.steps), "--log-every", str(args.megabatch),
-                    "--mode", "bitext", "--device", "cpu", "--quiet", "--threads", str(torch.get_num_threads())])  # fmt: skip
+                    str(out), "--dim", str(args.dim), "--batch-size", str(args.batch), "--megabatch-size",
+                    str(args.megabatch), "--megabatch-anneal", "0", "--max-steps", str(args.steps), "--log-every",
+                    str(args.megabatch), "--mode", args.mode, "--device", "cpu", "--quiet", "--threads",
+                    str(torch.get_num_threads())])  # fmt: skip
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    rates = [r["pairs_per_s"] for r in records if r["event"] == "train"][1:]
-    print(f"the GPU's step on this CPU, dim {DIM}, batch {BATCH}, M = {args.megabatch}, bitext: "
+    windows = [r for r in records if r["event"] == "train"]
+    rates = [r["pairs_per_s"] for r in windows[1:]]
+    print(f"the GPU's step on this CPU, dim {args.dim}, batch {args.batch}, M = {args.megabatch}, {args.mode}: "
           f"{sum(rates) / len(rates):,.0f} pairs/s (mean of {len(rates)} log windows after the first); "
-          f"{step_ops[-1]} ops a step (kernels on a GPU)")  # fmt: skip
+          f"{step_ops[-1]} ops a step (kernels on a GPU); {windows[-1]['shapes']} step shapes in "
+          f"{args.steps} updates, {windows[-1]['shapes'] - windows[0]['shapes']} of them after the first mega-batch")  # fmt: skip
     if filled:
         ids, id_slots, rows, row_slots = (sum(column) for column in zip(*filled, strict=True))
         print(f"slots of {len(filled)} mini-batches: {ids / len(filled):,.0f} ids in {id_slots / len(filled):,.0f} "
