@@ -79,8 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--text-column", default="text", help="with --engine ray: the text column of Parquet inputs")
     args = p.parse_args(argv)
     if args.engine == "ray":
-        if args.sentence_file or args.output_file or args.concat or args.shard is not None:
-            p.error("--engine ray takes --input and --output-dir (Parquet parts), not the local options")
+        local = ["sentence_file", "output_file", "concat", "shard", "num_shards", "sp_model", "device", "dtype"]
+        ray_engine.refuse_local_options(p, args, *local, "chunk_lines")
         if not (args.input and args.output_dir):
             p.error("--engine ray needs --input PATTERN... and --output-dir")
         return args

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from paraphrastic import knn, language
+from paraphrastic import knn, language, load_encoder, ray_engine
 from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
 from paraphrastic.embed_sentences import embed_file
 from paraphrastic.fileio import (
@@ -115,6 +115,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("give either --source and --target (bitext) or --paraphrase FILE")
     if args.k < 1 or args.nprobe < 1 or (args.nlist is not None and args.nlist < 1):
         p.error("--k, --nprobe and --nlist must be at least 1")
+    if args.engine == "ray":
+        ray_engine.refuse_local_options(p, args, "sp_model", "device")
     args.retrieval = args.retrieval or ("forward" if args.paraphrase else "max-score")
     args.threshold = DEFAULT_THRESHOLD[args.criterion] if args.threshold is None else args.threshold
     return args
@@ -389,8 +391,6 @@ def mine_on_ray(args: argparse.Namespace, files: list[Path]) -> int:
     """paraphrastic-mine --engine ray: both sides embedded on Ray into a scratch folder, the keys indexed by one
     task and the queries searched item by item (ray_index, ray_search), then mine()'s own margin scoring and
     retrieval here (k neighbours a line): the same pairs and scores as on one machine."""
-    from paraphrastic import ray_engine
-
     same = bool(args.paraphrase)
     cpus = ray_engine.start(args.address, args.threads)
     try:
@@ -430,9 +430,12 @@ def main(argv: list[str] | None = None) -> int:
     for path in files:
         open_input(path)
     refuse_same_file(args.output_file, *files, model_path(args.load_file), args.sp_model)
-    from paraphrastic.models import load_model  # here: --help and argument errors come before torch
+    if args.engine == "ray":  # a bad model fails here, in one line, not in every task (read without torch)
+        load_encoder(args.load_file)
+    else:
+        from paraphrastic.models import load_model  # here: --help and argument errors come before torch
 
-    model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
+        model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
     if english_only(args.load_file):  # a side in German or French mines poor pairs without a word: say so
         for path in files:
             stats: dict = {}

@@ -73,6 +73,15 @@ def add_args(p: argparse.ArgumentParser, what: str) -> None:
                    help="with --engine ray: finish the stopped run in --output-dir (same inputs, model, options)")  # fmt: skip
 
 
+def refuse_local_options(p: argparse.ArgumentParser, args: argparse.Namespace, *dests: str) -> None:
+    """With --engine ray: one usage error naming each option of `dests` given that the engine does not follow (its
+    actors read our model files on their CPUs and write float32 Parquet parts), where a run would ignore them."""
+    given = [f"--{dest.replace('_', '-')}" for dest in dests if getattr(args, dest) != p.get_default(dest)]
+    if given:
+        p.error(f"--engine ray does not take {', '.join(given)} (its actors read our model files, on their CPUs, and "
+                "write float32 Parquet parts to --output-dir): leave them out, or drop --engine ray")  # fmt: skip
+
+
 def ray_module(local: bool = False):
     """The ray package, or one clear error naming the extra that brings it. `local`: for a Ray of this machine
     alone, kept on loopback (Ray's switch for single-machine Ray, read when it is imported; without it a local

@@ -56,8 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ray_engine.add_args(p, "sentence1<TAB>sentence2 lines (plain or .gz)")
     args = p.parse_args(argv)
     if args.engine == "ray":
-        if args.sentence_pair_file or args.output_file:
-            p.error("--engine ray takes --input and --output-dir (Parquet parts), not --sentence-pair-file")
+        local = ["sentence_pair_file", "output_file", "sp_model", "device", "chunk_lines"]
+        ray_engine.refuse_local_options(p, args, *local)
         if not (args.input and args.output_dir):
             p.error("--engine ray needs --input PATTERN... and --output-dir")
     elif args.input or args.output_dir or args.resume:

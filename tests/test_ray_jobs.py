@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import generated_sentences, need
 
-from paraphrastic import commit, embed_sentences, score_sentence_pairs
+from paraphrastic import commit, embed_sentences, mine_bitext, score_sentence_pairs
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,6 +140,30 @@ def test_two_runs_started_together_into_one_folder_one_wins(cluster, tiny_model_
     keys, _ = rows_of(out)
     mine = inputs[:6] if winner == 0 else inputs[6:]
     assert keys == [(str(f), line) for f in mine for line in range(200)]
+
+
+def test_options_the_engine_would_not_follow_are_one_usage_error(tmp_path, capsys):
+    """--engine ray with an option its actors would not follow (a sentencepiece file, a device, float16, a local
+    output, job sizes): one usage error naming each, before any work, where a run used to ignore them."""
+    text = tmp_path / "a.txt"
+    text.write_text("a man\n")
+    ray = ["--engine", "ray", "--input", str(text), "--output-dir", str(tmp_path / "o")]
+    mine = ["--engine", "ray", "--source", str(text), "--target", str(text), "--output-file", str(tmp_path / "m.tsv")]
+    cases = [
+        (embed_sentences.main, [*ray, "--dtype", "float16", "--sp-model", "x.model"], "--sp-model, --dtype"),
+        (embed_sentences.main, [*ray, "--output-file", "v.npy", "--device", "auto"], "--output-file, --device"),
+        (score_sentence_pairs.main, [*ray, "--chunk-lines", "100"], "--chunk-lines"),
+        (mine_bitext.main, [*mine, "--device", "cuda", "--sp-model", "x.model"], "--sp-model, --device"),
+    ]
+    for main, args, named in cases:
+        with pytest.raises(SystemExit) as stop:
+            main(args)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stop.value.code == 2 and err[-1].endswith(f"error: --engine ray does not take {named} (its actors "
+                                                         "read our model files, on their CPUs, and write float32 "
+                                                         "Parquet parts to --output-dir): leave them out, or drop "
+                                                         "--engine ray"), err  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
 
 
 def test_a_claimed_folder_is_refused_while_its_run_holds_it(tmp_path):
