@@ -104,6 +104,14 @@ def cli_parser(doc: str, example: str, prog: str | None = None) -> argparse.Argu
     )
 
 
+def refuse_unused(p: argparse.ArgumentParser, args: argparse.Namespace, mode: str, why: str, *dests: str) -> None:
+    """One usage error naming each option of `dests` given (off its default) that `mode` would not follow, where a
+    run that ignored them would surprise (--dtype float16 giving float32)."""
+    given = [f"--{dest.replace('_', '-')}" for dest in dests if getattr(args, dest) != p.get_default(dest)]
+    if given:
+        p.error(f"{mode} does not take {', '.join(given)} ({why}): leave them out")
+
+
 def device_name(text: str) -> str:
     """An argparse type for --device: cpu, cuda, cuda:N or auto (any case), else a usage error naming them."""
     name = text.strip().lower()

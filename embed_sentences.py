@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from paraphrastic import load_encoder, ray_engine
-from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
+from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
 from paraphrastic.fileio import (
     InputError,
     atomic_output,
@@ -90,8 +90,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "--sentence-file and --output-file)"
         )
     if args.concat:
-        if args.sentence_file or args.output_file or args.shard is not None or len(args.concat) < 2:
-            p.error("--concat takes OUT and then the shard files in order, and nothing to embed")
+        local = ["sentence_file", "output_file", "shard", "num_shards", "load_file", "sp_model", "device", "dtype"]
+        refuse_unused(p, args, "--concat", "it joins the shards' rows as they are, and embeds nothing", *local)
+        if len(args.concat) < 2:
+            p.error("--concat takes OUT and then the shard files in order")
     elif not (args.sentence_file and args.output_file):
         p.error("--sentence-file and --output-file are required (or --concat OUT SHARD...)")
     if (args.shard is None) != (args.num_shards is None):

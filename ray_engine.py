@@ -32,7 +32,7 @@ import numpy as np
 from tqdm import tqdm
 
 from paraphrastic import commit, load_encoder
-from paraphrastic.cli import Terminated
+from paraphrastic.cli import Terminated, refuse_unused
 from paraphrastic.fileio import (
     JOB_BYTES,
     SHOWN,
@@ -74,12 +74,9 @@ def add_args(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def refuse_local_options(p: argparse.ArgumentParser, args: argparse.Namespace, *dests: str) -> None:
-    """With --engine ray: one usage error naming each option of `dests` given that the engine does not follow (its
-    actors read our model files on their CPUs and write float32 Parquet parts), where a run would ignore them."""
-    given = [f"--{dest.replace('_', '-')}" for dest in dests if getattr(args, dest) != p.get_default(dest)]
-    if given:
-        p.error(f"--engine ray does not take {', '.join(given)} (its actors read our model files, on their CPUs, and "
-                "write float32 Parquet parts to --output-dir): leave them out, or drop --engine ray")  # fmt: skip
+    """With --engine ray: one usage error naming each option of `dests` given, which the engine would not follow."""
+    why = "its actors read our model files, on their CPUs, and write float32 Parquet parts to --output-dir"
+    refuse_unused(p, args, "--engine ray", why, *dests)
 
 
 def ray_module(local: bool = False):

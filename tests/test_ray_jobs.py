@@ -161,8 +161,7 @@ def test_options_the_engine_would_not_follow_are_one_usage_error(tmp_path, capsy
         err = capsys.readouterr().err.strip().splitlines()
         assert stop.value.code == 2 and err[-1].endswith(f"error: --engine ray does not take {named} (its actors "
                                                          "read our model files, on their CPUs, and write float32 "
-                                                         "Parquet parts to --output-dir): leave them out, or drop "
-                                                         "--engine ray"), err  # fmt: skip
+                                                         "Parquet parts to --output-dir): leave them out"), err  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
 
 

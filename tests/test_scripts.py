@@ -188,6 +188,17 @@ def test_bad_numbers_are_usage_errors(script, args):
     assert done.returncode == 2 and "must be at least" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_concat_refuses_the_options_it_would_ignore(tmp_path, capsys):
+    """--concat joins the shards as they are: an embedding option beside it is a usage error naming it (--dtype
+    float16 used to give float32 rows without a word)."""
+    for args, named in [(["--dtype", "float16", "--load-file", "multilingual"], "--load-file, --dtype"),
+                        (["--sentence-file", "x.txt"], "--sentence-file")]:  # fmt: skip
+        with pytest.raises(SystemExit) as stop:
+            embed_sentences.main(["--concat", str(tmp_path / "all.npy"), str(tmp_path / "a.npy"), *args])
+        assert stop.value.code == 2 and f"error: --concat does not take {named} (" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_output_in_a_folder_not_yet_made_is_written(tiny_model_file, tmp_path):
     (tmp_path / "in.txt").write_text("one\ntwo\n")
     out = tmp_path / "vectors" / "part-0.npy"  # a job array's first shard, before anyone made vectors/
