@@ -36,7 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from paraphrastic import knn, language, load_encoder, ray_engine
-from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
+from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
 from paraphrastic.embed_sentences import embed_file
 from paraphrastic.fileio import (
     InputError,
@@ -115,6 +115,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("give either --source and --target (bitext) or --paraphrase FILE")
     if args.k < 1 or args.nprobe < 1 or (args.nlist is not None and args.nlist < 1):
         p.error("--k, --nprobe and --nlist must be at least 1")
+    if args.index == "flat":
+        refuse_unused(
+            p, args, "--index flat", "an exact search has no lists to train or visit", "nlist", "nprobe", "seed"
+        )
     if args.engine == "ray":
         ray_engine.refuse_local_options(p, args, "sp_model", "device")
     args.retrieval = args.retrieval or ("forward" if args.paraphrase else "max-score")

@@ -118,7 +118,8 @@ def test_faiss_search_equals_exact_torch_search(index, monkeypatch):
     rng = np.random.default_rng(2)
     keys, queries = side(rng.normal(size=(500, 16)), "k"), side(rng.normal(size=(300, 16)), "q")
     # IVF visiting every list is exhaustive, so it must find the same neighbours as exact search
-    args = args_for("--index", index, "--nlist", "8", "--nprobe", "8", "--chunk-lines", "64")
+    lists = ["--nlist", "8", "--nprobe", "8"] if index == "ivf" else []
+    args = args_for("--index", index, *lists, "--chunk-lines", "64")
     sims, ids = nearest_keys(keys, queries, 5, args)
     monkeypatch.setattr(knn, "have_faiss", lambda: False)
     ref_sims, ref_ids = nearest_keys(keys, queries, 5, args_for("--chunk-lines", "64"))
@@ -272,6 +273,9 @@ def test_errors_are_one_line_and_name_the_file(tiny_model_file, tmp_path, monkey
         with pytest.raises(SystemExit) as exit_:
             parse_args([*bad, "--output-file", "o"])
         assert exit_.value.code == 2
+    with pytest.raises(SystemExit) as exit_:  # an IVF option beside an exact search: named, not ignored
+        parse_args(["--paraphrase", "a", "--output-file", "o", "--index", "flat", "--nlist", "8", "--seed", "3"])
+    assert exit_.value.code == 2 and "error: --index flat does not take --nlist, --seed (" in capsys.readouterr().err
 
 
 def test_real_english_sentences_are_found_again_after_a_shuffle(shared_data, tmp_path):
