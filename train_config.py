@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from paraphrastic import distributed, evaluate
-from paraphrastic.cli import at_least, cli_parser, device_name
+from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused
 from paraphrastic.distributed import ALONE, Ranks
 from paraphrastic.fileio import open_input, refuse_same_file
 from paraphrastic.models import Model
@@ -308,6 +308,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--dropout must be in [0, 1)")
     if not 0.0 <= (args.scramble_rate or 0.0) <= 1.0 or args.max_types < 1:
         p.error("--scramble-rate must be in [0, 1] and --max-types at least 1")
+    if args.init_from is not None:
+        refuse_unused(p, args, "--init-from", "the run takes the model's dimension, encoder and combination", "dim",
+                      "model", "combine")  # fmt: skip
     return args
 
 

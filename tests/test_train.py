@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from conftest import ROOT, generated_sentences, sp_model
 
-from paraphrastic import cuda_step, models, negatives, run_setup, shards, static, train, workers
+from paraphrastic import cuda_step, models, negatives, run_setup, shards, static, train, train_config, workers
 from paraphrastic.pairs import PairData, PairSampler, ShardSet, shard_paths, tokenize_pairs
 
 
@@ -383,7 +383,7 @@ def test_short_run_on_caption_paraphrases_learns(shared_data, tmp_path):
     assert after > before + 10, (before, after)
 
 
-def test_init_from_starts_from_the_model_table(tiny_model_file, tmp_path):
+def test_init_from_starts_from_the_model_table(tiny_model_file, tmp_path, capsys):
     """--init-from takes the model's tokenizer, dimension and table; training then moves the table."""
     pairs = zip(generated_sentences(300, 11), generated_sentences(300, 12), strict=True)
     (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
@@ -395,6 +395,10 @@ def test_init_from_starts_from_the_model_table(tiny_model_file, tmp_path):
     assert frozen.dim == init.dim == 16 and frozen.tokenizer.sp_model == init.tokenizer.sp_model
     assert torch.equal(frozen.embedding.weight, init.embedding.weight)
     assert not torch.equal(moved.embedding.weight, init.embedding.weight)
+    args = ["--train-file", tmp_path / "pairs.tsv", "--output-dir", tmp_path / "set", "--init-from", tiny_model_file]
+    with pytest.raises(SystemExit) as stop:  # what the model sets, asked again: named, where the run ignored it
+        train_config.parse_args([*map(str, args), "--dim", "300", "--model", "word"])
+    assert stop.value.code == 2 and "error: --init-from does not take --dim, --model (" in capsys.readouterr().err
 
 
 def teacher_fixture(folder: Path, seed: int, dim: int) -> tuple[list[str], np.ndarray]:
