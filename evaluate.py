@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from paraphrastic import knn, static, workers
-from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
+from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
 from paraphrastic.fileio import InputError, atomic_output, default_data_dir, read_lines, refuse_same_file
 
 ROOT = Path(__file__).resolve().parent
@@ -556,6 +556,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.tasks) - set(TASKS))
     if unknown or not args.tasks:
         p.error(f"--tasks: unknown {','.join(unknown) or '(empty)'}; choose from {','.join(TASKS)}")
+    if "tatoeba" not in args.tasks:
+        refuse_unused(p, args, f"--tasks {','.join(args.tasks)}", "it picks Tatoeba's languages", "langs")
     return args
 
 

@@ -275,6 +275,9 @@ def test_cli_writes_json_and_the_tables(tiny_model_file, data_dir, tmp_path, cap
     assert r["sick"]["sets"]["trial"]["n"] == 25
     assert r["tatoeba"]["langs"]["deu"]["n"] == 50 and r["tatoeba"]["avg"]["langs"] == 1
     assert r["paper_sp"]["sts"]["avg"] == 74.6
+    with pytest.raises(SystemExit) as stop:  # Tatoeba's languages without Tatoeba: named, where it was ignored
+        evaluate.main(argv + ["--tasks", "sts,stsb", "--langs", "deu"])
+    assert stop.value.code == 2 and "error: --tasks sts,stsb does not take --langs (" in capsys.readouterr().err
 
 
 def test_cli_pud_and_flores_retrieval_both_directions(tiny_model_file, data_dir, tmp_path, capsys):
