@@ -308,6 +308,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--dropout must be in [0, 1)")
     if not 0.0 <= (args.scramble_rate or 0.0) <= 1.0 or args.max_types < 1:
         p.error("--scramble-rate must be in [0, 1] and --max-types at least 1")
+    if args.distill is None:  # the distillation options, and its batch size unless --relate's batches take it
+        tuning = ["distill_weight", "distill_relational", "distill_contrastive", "distill_temperature",
+                  "distill_neighbours", "distill_pool", "distill_soft", *([] if args.relate else ["distill_batch_size"])]  # fmt: skip
+        refuse_unused(p, args, "a run without --distill", "they shape its loss", *tuning)
+    if args.relate is None:
+        refuse_unused(p, args, "a run without --relate", "it weighs --relate's loss", "relate_weight")
     if args.init_from is not None:
         refuse_unused(p, args, "--init-from", "the run takes the model's dimension, encoder and combination", "dim",
                       "model", "combine")  # fmt: skip

@@ -401,6 +401,17 @@ def test_init_from_starts_from_the_model_table(tiny_model_file, tmp_path, capsys
     assert stop.value.code == 2 and "error: --init-from does not take --dim, --model (" in capsys.readouterr().err
 
 
+def test_a_loss_option_without_its_loss_is_a_usage_error(capsys):
+    """--distill-* without --distill, --relate-weight without --relate: named, where the run ignored them."""
+    base = ["--train-file", "pairs.tsv", "--output-dir", "run"]
+    for extra, named in [(["--distill-soft", "0.1", "--distill-pool", "8"], "--distill does not take --distill-pool, "
+                           "--distill-soft ("), (["--relate-weight", "2"], "--relate does not take --relate-weight (")]:  # fmt: skip
+        with pytest.raises(SystemExit) as stop:
+            train_config.parse_args([*base, *extra])
+        assert stop.value.code == 2 and f"error: a run without {named}" in capsys.readouterr().err
+    assert train_config.parse_args([*base, "--distill-batch-size", "5", "--relate", "a", "b"])  # --relate's batches
+
+
 def teacher_fixture(folder: Path, seed: int, dim: int) -> tuple[list[str], np.ndarray]:
     """sentences.txt and vectors.npy (random teacher vectors, one per sentence), and pairs.tsv to train on."""
     sentences = generated_sentences(200, seed)
