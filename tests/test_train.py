@@ -355,6 +355,9 @@ def test_resume_refuses_changed_settings(sp_file, pairs_file, tmp_path, capsys):
     assert f"resuming from step 3 of {out}" in capsys.readouterr().out
     config = models.load_model(out / "model.pt").config["training"]["args"]
     assert config["train_file"] == pairs_file.name and config["output_dir"] == "run", "no paths of this machine"
+    state = torch.load(out / "resume.pt", weights_only=True)  # as a version that let --relate-weight go unused saved it
+    torch.save(state | {"args": state["args"] | {"relate_weight": 2.0, "distill_soft": 0.5}}, out / "resume.pt")
+    assert train.main(tiny_args(pairs_file, sp_file, out, "--max-steps", "9", "--resume")) == 0  # they had no effect
 
 
 # ----------------------------------------------------------------------------- learning
