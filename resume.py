@@ -9,7 +9,7 @@ import torch
 
 from paraphrastic.fileio import InputError, file_digest
 from paraphrastic.models import TRAIN_STATE
-from paraphrastic.train_config import Config
+from paraphrastic.train_config import Config, inert_settings
 
 STATE_FORMAT = TRAIN_STATE
 
@@ -90,23 +90,11 @@ def load_resume_state(out: Path) -> dict:
     return state
 
 
-def inert(saved: dict) -> set[str]:
-    """The settings that had no effect on the saved run: its losses' options without their loss. Runs of versions
-    before such options were refused may hold any value for them, and leaving them out must still resume."""
-    unused = set()
-    if saved.get("distill") is None:
-        unused = {k for k in FIXED_ON_RESUME if k.startswith("distill_")}
-        if saved.get("relate") is not None:
-            unused.discard("distill_batch_size")  # it sizes --relate's batches too
-    if saved.get("relate") is None:
-        unused.add("relate_weight")
-    return unused
-
-
 def check_resume_args(config: Config, state: dict, out: Path) -> None:
     """Refuse to resume with settings or inputs other than the saved run's, naming each one that differs."""
     saved = LATER_SETTINGS | state["args"]
-    unused = inert(saved)
+    # a loss's options without their loss acted on nothing: runs of versions that took them must resume without them
+    unused = {k for keys in inert_settings(saved).values() for k in keys}
     changed = [k for k in FIXED_ON_RESUME if k not in unused and saved.get(k) != getattr(config, k)]
     if not config.force_resume:
         changed += [k for k in INPUTS_ON_RESUME if same_inputs(saved.get(k)) != same_inputs(getattr(config, k))]

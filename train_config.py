@@ -114,6 +114,22 @@ def make_config(
     return Config(**ranks.settings(settings))
 
 
+DISTILL_SETTINGS = ("distill_weight", "distill_relational", "distill_contrastive", "distill_temperature",
+                    "distill_neighbours", "distill_pool", "distill_soft", "distill_batch_size")  # fmt: skip
+
+
+def inert_settings(settings: dict) -> dict[str, list[str]]:
+    """The loss options that act on nothing in a run of these settings, by the option of their loss: --distill-*
+    without --distill (its batch size still sizes --relate's batches), --relate-weight without --relate."""
+    unused = {}
+    if settings.get("distill") is None:
+        relate = settings.get("relate") is not None
+        unused["--distill"] = [k for k in DISTILL_SETTINGS if not (relate and k == "distill_batch_size")]
+    if settings.get("relate") is None:
+        unused["--relate"] = ["relate_weight"]
+    return unused
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = cli_parser(
         "Train a sentence encoder (SP by default) with the margin loss and mega-batch hard negatives.",
@@ -308,12 +324,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--dropout must be in [0, 1)")
     if not 0.0 <= (args.scramble_rate or 0.0) <= 1.0 or args.max_types < 1:
         p.error("--scramble-rate must be in [0, 1] and --max-types at least 1")
-    if args.distill is None:  # the distillation options, and its batch size unless --relate's batches take it
-        tuning = ["distill_weight", "distill_relational", "distill_contrastive", "distill_temperature",
-                  "distill_neighbours", "distill_pool", "distill_soft", *([] if args.relate else ["distill_batch_size"])]  # fmt: skip
-        refuse_unused(p, args, "a run without --distill", "they shape its loss", *tuning)
-    if args.relate is None:
-        refuse_unused(p, args, "a run without --relate", "it weighs --relate's loss", "relate_weight")
+    why = {"--distill": "they shape its loss", "--relate": "it weighs --relate's loss"}
+    for loss, unused in inert_settings(vars(args)).items():
+        refuse_unused(p, args, f"a run without {loss}", why[loss], *unused)
     if args.init_from is not None:
         refuse_unused(p, args, "--init-from", "the run takes the model's dimension, encoder and combination", "dim",
                       "model", "combine")  # fmt: skip

@@ -3,11 +3,12 @@
     python benchmarks/bench_step.py [--steps 60] [--megabatch 10] [--batch 128] [--mode bitext] [--dim 1024]
 
 train.py's step that never waits on the device (fixed shapes, what a CUDA graph records; train.SYNC_FREE_ON_CPU),
-run on the CPU at dim 1024, 50,000 pieces, batch 128, bitext pool, on a synthetic shard (bench_gpu.py's). A CPU's pairs/s is no GPU's:
-it counts the work a step does (rows gathered, pooled and updated), which the GPU's step time follows too. Run it
-on two commits to compare them. Where the step sizes its slots per mini-batch, it also prints how full they are,
-and it prints the ops a step dispatches, views aside: on a GPU each is a kernel, a node of the step's CUDA graph, and the
-step shapes the run met (on a GPU each is a graph recorded on the host's clock; they follow the ids, not --dim).
+run on the CPU at dim 1024, 50,000 pieces, batch 128, bitext pool, on a synthetic shard (bench_gpu.py's). A CPU's
+pairs/s is no GPU's: it counts the work a step does (rows gathered, pooled and updated), which the GPU's step time
+follows too. Run it on two commits to compare them. Where the step sizes its slots per mini-batch, it also prints how
+full they are, and it prints the ops a step dispatches, views aside: on a GPU each is a kernel, a node of the step's
+CUDA graph, and the step shapes the run met (on a GPU each is a graph recorded on the host's clock; they follow the
+ids, not --dim).
 """
 
 from __future__ import annotations
@@ -85,10 +86,11 @@ def main() -> None:
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     windows = [r for r in records if r["event"] == "train"]
     rates = [r["pairs_per_s"] for r in windows[1:]]
+    shapes, later = windows[-1]["shapes"], windows[-1]["shapes"] - windows[0]["shapes"]
     print(f"the GPU's step on this CPU, dim {args.dim}, batch {args.batch}, M = {args.megabatch}, {args.mode}: "
           f"{sum(rates) / len(rates):,.0f} pairs/s (mean of {len(rates)} log windows after the first); "
-          f"{step_ops[-1]} ops a step (kernels on a GPU); {windows[-1]['shapes']} step shapes in "
-          f"{args.steps} updates, {windows[-1]['shapes'] - windows[0]['shapes']} of them after the first mega-batch")  # fmt: skip
+          f"{step_ops[-1]} ops a step (kernels on a GPU); {shapes} step shapes in {args.steps} updates, {later} of "
+          "them after the first mega-batch")  # fmt: skip
     if filled:
         ids, id_slots, rows, row_slots = (sum(column) for column in zip(*filled, strict=True))
         print(f"slots of {len(filled)} mini-batches: {ids / len(filled):,.0f} ids in {id_slots / len(filled):,.0f} "

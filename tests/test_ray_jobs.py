@@ -159,9 +159,9 @@ def test_options_the_engine_would_not_follow_are_one_usage_error(tmp_path, capsy
         with pytest.raises(SystemExit) as stop:
             main(args)
         err = capsys.readouterr().err.strip().splitlines()
-        assert stop.value.code == 2 and err[-1].endswith(f"error: --engine ray does not take {named} (its actors "
-                                                         "read our model files, on their CPUs, and write float32 "
-                                                         "Parquet parts to --output-dir): leave them out"), err  # fmt: skip
+        why = "its actors read our model files, on their CPUs, and write float32 Parquet parts to --output-dir"
+        assert stop.value.code == 2, err
+        assert err[-1].endswith(f"error: --engine ray does not take {named} ({why}): leave them out"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
 
 

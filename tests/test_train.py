@@ -407,8 +407,11 @@ def test_init_from_starts_from_the_model_table(tiny_model_file, tmp_path, capsys
 def test_a_loss_option_without_its_loss_is_a_usage_error(capsys):
     """--distill-* without --distill, --relate-weight without --relate: named, where the run ignored them."""
     base = ["--train-file", "pairs.tsv", "--output-dir", "run"]
-    for extra, named in [(["--distill-soft", "0.1", "--distill-pool", "8"], "--distill does not take --distill-pool, "
-                           "--distill-soft ("), (["--relate-weight", "2"], "--relate does not take --relate-weight (")]:  # fmt: skip
+    cases = [
+        (["--distill-soft", "0.1", "--distill-pool", "8"], "--distill does not take --distill-pool, --distill-soft ("),
+        (["--relate-weight", "2"], "--relate does not take --relate-weight ("),
+    ]
+    for extra, named in cases:
         with pytest.raises(SystemExit) as stop:
             train_config.parse_args([*base, *extra])
         assert stop.value.code == 2 and f"error: a run without {named}" in capsys.readouterr().err
