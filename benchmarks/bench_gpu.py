@@ -37,7 +37,7 @@ from bench_train import BATCH, DIM, mining_bound, word_sentencepiece, write_synt
 from common import ROOT, machine_header
 
 BIN = Path(sys.executable).parent
-PARTS = ("cores", "train", "profile", "equal", "embed", "teacher")  # all together take over 10 minutes on the H100
+PARTS = ("train", "resume", "cores", "profile", "equal", "embed", "teacher")  # all together take over 10 minutes
 
 
 def product_rate(device: str, dtype: torch.dtype, n: int) -> float:
@@ -144,7 +144,8 @@ def step_profile(folder: Path, device: str, runs: list[tuple[int, int, str]], di
         events = prof.key_averages()
         key = "self_cpu_time_total" if device != "cuda" else (
             "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total")  # fmt: skip
-        kernels = [e for e in events if getattr(e, key) > 0 and (device != "cuda" or not e.key.startswith("aten::"))]
+        kernels = [e for e in events if getattr(e, key) > 0 and not e.key.startswith("ProfilerStep")  # its marker
+                   and (device != "cuda" or not e.key.startswith("aten::"))]  # fmt: skip
         busy = sum(getattr(e, key) for e in kernels) / 1e3 / m
         wall = 1e3 * (stamps[3 * m - 1] - stamps[2 * m - 1]) / m
         print(f"  batch {batch}, M = {m}, {mode}, the third mega-batch: {wall:.3f} ms an update on the host's clock, "
@@ -213,11 +214,9 @@ def teacher_rate(device: str, sentences: int, layers: int = 6) -> None:
 
 
 def equality(folder: Path, data: Path, device: str, updates: int, pairs: int | None, tasks: str) -> None:
-    """score and evaluate (`tasks`) on `device` against cpu, a short training run of `updates` on each, and a run of
-    half as many stopped at a quarter and resumed against the straight one, on the first `pairs` caption pairs."""
-    lines = data.joinpath("pairs.tsv").read_text(encoding="utf-8").splitlines(keepends=True)[:pairs]
-    pairs, vocab = folder / "pairs.tsv", 4000 if len(lines) > 10_000 else 1000
-    pairs.write_text("".join(lines), encoding="utf-8")
+    """score and evaluate (`tasks`) on `device` against cpu, and a short training run of `updates` on each, on the
+    first `pairs` caption pairs."""
+    pairs, vocab = caption_pairs(folder, data, pairs)
     scores = {}
     for where in dict.fromkeys([device, "cpu"]):
         done = run(BIN / "paraphrastic-score", "--sentence-pair-file", pairs, "--device", where, "--quiet")
@@ -242,16 +241,29 @@ def equality(folder: Path, data: Path, device: str, updates: int, pairs: int | N
         figures[where] = [r for r in records if r["event"] == "dev"][-1]["mean"]
     print(f"  short training run ({updates} updates, dim 128, M = 1): STSb dev Pearson {device} {figures[device]:.2f}, "
           f"cpu {figures['cpu']:.2f}")  # fmt: skip
-    # a CPU's sums follow the thread count, and the default count follows the machine's load: fixed here
-    common = ["--train-file", pairs, *sp, "--dim", 128, "--batch-size", 128, "--megabatch-size", 10,
-              "--megabatch-anneal", 0, "--save-every", updates // 6, "--device", device, "--seed", 1, "--threads", 2]  # fmt: skip
-    half, quarter = updates // 2, updates // 4
-    train_run(*common, "--output-dir", folder / "straight", "--max-steps", half)
-    train_run(*common, "--output-dir", folder / "resumed", "--max-steps", quarter)
-    train_run(*common, "--output-dir", folder / "resumed", "--max-steps", half, "--resume")
+
+
+def caption_pairs(folder: Path, data: Path, pairs: int | None) -> tuple[Path, int]:
+    """The first `pairs` caption pairs of the carried data, written to `folder`, and a vocabulary size for them."""
+    lines = data.joinpath("pairs.tsv").read_text(encoding="utf-8").splitlines(keepends=True)[:pairs]
+    path = folder / "pairs.tsv"
+    path.write_text("".join(lines), encoding="utf-8")
+    return path, 4000 if len(lines) > 10_000 else 1000
+
+
+def resumed(folder: Path, data: Path, device: str, updates: int, pairs: int | None) -> None:
+    """A run of `updates` on `device` stopped at half of them and resumed, against the straight run, bit for bit."""
+    pairs, vocab = caption_pairs(folder, data, pairs)
+    common = ["--train-file", pairs, "--vocab-size", vocab, "--dim", 128, "--batch-size", 128, "--megabatch-size", 10,
+              "--megabatch-anneal", 0, "--save-every", updates // 3, "--device", device, "--seed", 1, "--threads", 2]  # fmt: skip
+    # a CPU's sums follow the thread count, and the default count follows the machine's load: fixed above
+    train_run(*common, "--output-dir", folder / "straight", "--max-steps", updates)
+    sp = ["--sp-model", folder / "straight" / "sp.model"]  # the same pieces for both runs
+    train_run(*common, *sp, "--output-dir", folder / "resumed", "--max-steps", updates // 2)
+    train_run(*common, *sp, "--output-dir", folder / "resumed", "--max-steps", updates, "--resume")
     a, b = (torch.load(folder / run_ / "model.pt", weights_only=True)["embedding"] for run_ in ("straight", "resumed"))
-    print(f"  stopped at update {quarter} and resumed to {half}, M = 10, {device}: equal to the straight run bit for bit: "
-          f"{torch.equal(a, b)} (largest difference {float((a.float() - b.float()).abs().max()):.2e})")  # fmt: skip
+    print(f"  stopped at update {updates // 2} and resumed to {updates}, M = 10, {device}: equal to the straight run "
+          f"bit for bit: {torch.equal(a, b)} (largest difference {float((a.float() - b.float()).abs().max()):.2e})")  # fmt: skip
 
 
 def pack_data(shared: Path, out: Path, lines: int = 100_000, pairs: int = 20_000) -> None:
@@ -276,7 +288,7 @@ def main() -> None:
     p.add_argument("--dry-run", action="store_true", help="cpu instead of cuda, less work: a test of the script")
     p.add_argument("--embed-lines", type=int, default=2_000_000, help="lines embedded on cuda and cpu")
     p.add_argument("--core-lines", type=int, default=8_000_000, help="lines for the every-core part")
-    p.add_argument("--parts", default=",".join(PARTS), help="the parts to run, in their fixed order (default: all)")
+    p.add_argument("--parts", default=",".join(PARTS), help="the parts to run, in this order (default: all)")
     args = p.parse_args()
     if args.pack:
         return pack_data(args.pack, args.data)
@@ -295,36 +307,38 @@ def main() -> None:
     print(f"matrix products ({n}^3): fp32 {rates['fp32'] / 1e12:.1f} TFLOP/s, bf16 {rates['bf16'] / 1e12:.1f} TFLOP/s")
     runs = [(BATCH, 100, 1500), (BATCH, 10, 400), (512, 100, 400), (1024, 100, 200)] if full else [(BATCH, 2, 4)]
     profiled = [(BATCH, 100, "bitext"), (512, 100, "paraphrase")] if full else [(BATCH, 2, "bitext")]
-    parts = set(args.parts.split(","))
-    if parts - set(PARTS):
-        p.error(f"--parts: no part named {', '.join(sorted(parts - set(PARTS)))}; the parts: {', '.join(PARTS)}")
+    parts = args.parts.split(",")
+    if set(parts) - set(PARTS):
+        p.error(f"--parts: no part named {', '.join(sorted(set(parts) - set(PARTS)))}; the parts: {', '.join(PARTS)}")
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         folder = Path(tmp)
         dim = DIM if full else 64
-        # the issue's figures first, so that a call cut short still has them: every core (the longest part), the
-        # training rates and where a step's time goes, CUDA against the CPU with the resumed run; then the rest
-        if "cores" in parts:
-            section(f"every core, {cores} workers against 1:", every_core, args.data / "lines.txt",
-                    args.core_lines if full else 4_000, cores, full)  # fmt: skip
-        if parts & {"train", "profile"}:
+        if {"train", "profile"} & set(parts):
             most = [b * (3 * m + c) for b, m, c in runs if "train" in parts] + [3 * b * m for b, m, _ in profiled]
             training_data(folder, max(most))
-        if "train" in parts:
-            section(f"train.py, dim {dim}, synthetic shards, {device}:", train_rates, folder, device, runs,
-                    rates["bf16"], dim)  # fmt: skip
-        if "profile" in parts:
-            section("where a step's time goes (profiled):", step_profile, folder, device, profiled, dim)
-        if "equal" in parts:
-            checks = (300, None, "sts,stsb") if full else (24, 3000, "stsb")
-            section(f"{device} against cpu:", equality, folder, args.data, device, *checks)
-        if "embed" in parts:
-            lines = folder / "lines.txt"
-            sentences = args.data.joinpath("lines.txt").read_text(encoding="utf-8").splitlines()
-            count = args.embed_lines if full else 5_000
-            lines.write_text("".join(sentences[i % len(sentences)] + "\n" for i in range(count)), encoding="utf-8")
-            section("paraphrastic-embed, the shipped English model:", embed_rates, folder, lines, device, cores)
-        if "teacher" in parts:
-            section("a teacher's forward pass:", teacher_rate, device, *((20_000, 6) if full else (16, 1)))
+        for part in parts:  # in the order asked, so that a call cut short still has the first ones
+            if part == "train":
+                section(f"train.py, dim {dim}, synthetic shards, {device}:", train_rates, folder, device, runs,
+                        rates["bf16"], dim)  # fmt: skip
+            elif part == "resume":
+                section(f"stopped and resumed on {device}:", resumed, folder, args.data, device,
+                        *((150, None) if full else (24, 3000)))  # fmt: skip
+            elif part == "cores":
+                section(f"every core, {cores} workers against 1:", every_core, args.data / "lines.txt",
+                        args.core_lines if full else 4_000, cores, full)  # fmt: skip
+            elif part == "profile":
+                section("where a step's time goes (profiled):", step_profile, folder, device, profiled, dim)
+            elif part == "equal":
+                checks = (300, None, "sts,stsb") if full else (24, 3000, "stsb")
+                section(f"{device} against cpu:", equality, folder, args.data, device, *checks)
+            elif part == "embed":
+                lines = folder / "lines.txt"
+                sentences = args.data.joinpath("lines.txt").read_text(encoding="utf-8").splitlines()
+                count = args.embed_lines if full else 5_000
+                lines.write_text("".join(sentences[i % len(sentences)] + "\n" for i in range(count)), encoding="utf-8")
+                section("paraphrastic-embed, the shipped English model:", embed_rates, folder, lines, device, cores)
+            elif part == "teacher":
+                section("a teacher's forward pass:", teacher_rate, device, *((20_000, 6) if full else (16, 1)))
 
 
 if __name__ == "__main__":
