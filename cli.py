@@ -4,7 +4,9 @@ Ctrl-C (temporaries removed, workers stopped), and --help that shows each option
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
+import gc
 import os
 import re
 import signal
@@ -57,11 +59,15 @@ os.register_at_fork(
 
 
 def run_cli(main: Callable[..., int | None]) -> Callable[..., int]:
-    """Wrap a script's main so that user errors print one `error:` line and exit with their code, and SIGTERM
-    stops it as Ctrl-C does."""
+    """Wrap a script's main so that user errors print one `error:` line and exit with their code, SIGTERM stops it
+    as Ctrl-C does, and the process ends without a last garbage collection."""
 
     def wrapped(argv: list[str] | None = None, **kwargs) -> int:
         global _term_owner
+        # at exit, the interpreter's last garbage collection walks every object left, torch's million among them, to
+        # free memory the process is giving back anyway: 0.3 s of each command that loaded torch, skipped when frozen
+        atexit.unregister(gc.freeze)  # registered once however many commands run in this process
+        atexit.register(gc.freeze)
         main_thread = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
         outer, _term_owner = _term_owner, os.getpid() if main_thread else _term_owner
