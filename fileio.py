@@ -36,7 +36,7 @@ SHOWN = 10  # bad line numbers kept and named in a summary; the rest are counted
 JOB_BYTES = 4 << 20  # text in one job (a chunk a worker embeds, a batch tokenized at once): memory follows bytes,
 # not lines; a longer line goes alone
 SPAN_BYTES = 16 << 20  # the least text one thread plans alone (line_plan): less is not worth a thread
-FLUSH_S = 1.0  # while a large output is written, its pages go to disk this often (see `flushing`)
+FLUSH_S = 0.25  # while a large output is written, its pages go to disk this often (see `flushing`)
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # full disk, quota, file size limit (ulimit -f)
 
 

@@ -6,7 +6,9 @@
 The commands run as `python -m paraphrastic.embed_sentences` (so PYTHONPATH picks the code measured); the parent's
 own user and system time is read from /proc every 20 ms until it exits (its workers' time is theirs), in all and from
 the moment its workers start (the feeding, start-up aside). Then the end: the seconds from the workers' exit to the
-command's (publishing the output: its fsync and rename). First, the plan of the input's blocks, which the parent
+command's (publishing the output: its fsync and rename). Before all, what of that fsync is left when the output is
+written at --write-rate while `fileio.flushing` syncs its pages every second or every quarter of one. First of the
+runs, the plan of the input's blocks, which the parent
 makes before any worker starts, on one thread and on --threads; last, the CPU time of `model.encode`'s caller (the
 process that hands the workers their jobs) on --encode sentences, and its seconds before the first job.
 """
@@ -14,6 +16,8 @@ process that hands the workers their jobs) on --encode sentences, and its second
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,6 +27,7 @@ from pathlib import Path
 
 from common import ROOT, children, english_sentences, machine_header
 
+from paraphrastic import fileio
 from paraphrastic.fileio import line_plan
 from paraphrastic.workers import process_cpu
 
@@ -74,13 +79,38 @@ print(time.perf_counter() - wall, time.process_time() - cpu, first[0] - wall, le
 """
 
 
+def fsync_left(folder: Path, rate: float, seconds: float, every: float) -> float:
+    """Seconds the fsync that publishes an output waits, after `seconds` of writing it at `rate` bytes/s (4 MiB
+    at a time, as the workers' rows arrive) while `fileio.flushing` syncs its pages every `every` seconds."""
+    path, block = folder / "written.bin", os.urandom(4 << 20)
+    with open(path, "wb") as f:
+        with fileio.flushing(path, every):  # as embed's output: the flushing thread is joined, then the file synced
+            start, written = time.perf_counter(), 0
+            while written < rate * seconds:
+                written += f.write(block)
+                time.sleep(max(0.0, written / rate - (time.perf_counter() - start)))
+            f.flush()
+            start = time.perf_counter()
+        os.fsync(f.fileno())
+        left = time.perf_counter() - start
+    path.unlink()
+    return left
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lines", type=int, default=2_000_000)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--encode", type=int, default=1_000_000, help="sentences for model.encode")
+    p.add_argument("--encode", type=int, default=1_000_000, help="sentences for model.encode (0: leave it out)")
+    p.add_argument("--write-rate", type=float, default=760.0,
+                   help="MB/s of the output's writing for the fsync left at its end (embed on 16 cores: 760)")  # fmt: skip
     args = p.parse_args()
     print(machine_header())
+    with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:  # the repo's disk, as the runs below
+        for every in (1.0, 0.25):
+            left = statistics.median(fsync_left(Path(tmp), args.write_rate * 1e6, 2.5, every) for _ in range(3))
+            print(f"the fsync that publishes an output written at {args.write_rate:,.0f} MB/s for 2.5 s, its pages "
+                  f"synced every {every} s meanwhile: {left:.3f} s (median of 3)", flush=True)  # fmt: skip
     sentences = english_sentences()
     with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
         text, pairs = Path(tmp) / "lines.txt", Path(tmp) / "pairs.txt"
@@ -102,6 +132,8 @@ def main() -> None:
             print(f"{name}, {args.lines:,} lines, --threads {args.threads}: {wall:.1f} s, the parent {cpu:.2f} s of CPU; "
                   f"from the workers' start: {feeding:.1f} s, the parent {fed:.2f} s of CPU ({fed / feeding:.1%} of a "
                   f"core); from the workers' exit to the command's: {ending:.2f} s", flush=True)  # fmt: skip
+        if not args.encode:
+            return
         done = subprocess.run([sys.executable, "-c", ENCODE, str(text), str(args.encode), str(args.threads)],
                               capture_output=True, text=True, check=True)  # fmt: skip
         wall, cpu, before, count = map(float, done.stdout.split())  # count: at most --lines, the file's
