@@ -158,9 +158,10 @@ def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     score_s = float("nan") if args.skip_score else timed(
         [str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
          str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])[0]  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", ENCODE, str(text), str(args.encode), str(n)],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    return args.lines / embed_s, args.lines / score_s, float(done.stdout.split()[-1]), parts
+    encode = float("nan") if not args.encode else float(subprocess.run(
+        [sys.executable, "-c", ENCODE, str(text), str(args.encode), str(n)], capture_output=True, text=True, check=True
+    ).stdout.split()[-1])  # fmt: skip
+    return args.lines / embed_s, args.lines / score_s, encode, parts
 
 
 COMMANDS = ["paraphrastic-embed", "paraphrastic-score", "paraphrastic-mine", "paraphrastic-evaluate",
@@ -178,7 +179,7 @@ def startup(tmp: Path, count: int = 5) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lines", type=int, default=2_000_000, help="lines for the command-line runs")
-    p.add_argument("--encode", type=int, default=1_000_000, help="sentences for model.encode")
+    p.add_argument("--encode", type=int, default=1_000_000, help="sentences for model.encode (0: leave it out)")
     p.add_argument("--memory", default="100000,5000000", help="input sizes for the memory check")
     p.add_argument("--text", type=Path, help="take the lines from this file instead (a machine without the data)")
     p.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)), help="largest worker count")
