@@ -151,19 +151,30 @@ def _is_utf8(line: bytes) -> bool:
         return False
 
 
+PACKED = "(unpack it, or pack it as .gz, which is read as it is)"
 MAGIC = {b"\x93NUMPY": "a NumPy .npy", b"PK\x03\x04": "a zip archive (a .pt model?)", b"%PDF": "a PDF",
          b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image", b"\x7fELF": "a program",
-         b"\x89HDF": "an HDF5 file", b"PAR1": "a Parquet file", b"SQLite format 3": "an SQLite database"}  # fmt: skip
+         b"\x89HDF": "an HDF5 file", b"PAR1": "a Parquet file", b"SQLite format 3": "an SQLite database",
+         b"\x1f\x8b": "gzip-compressed (named .gz, it is read as it is)", b"\xfd7zXZ\x00": f"xz-compressed {PACKED}",
+         b"\x28\xb5\x2f\xfd": f"zstd-compressed {PACKED}"}  # fmt: skip
 
 
 def binary_kind(head: bytes) -> str | None:
-    """What a file that starts with `head` is when it is not text: a known format by its magic number, or many NUL
-    bytes (text may hold a few); None for text."""
+    """What a file that starts with `head` is when it is not text: a known format by its magic number, many NUL
+    bytes (text may hold a few), or bytes mostly not UTF-8 (compressed or random data, or text in another encoding,
+    whose vectors would be of U+FFFD); None for text."""
     for magic, kind in MAGIC.items():
         if head.startswith(magic):
             return kind
     nuls = head.count(0)
-    return "binary data (NUL bytes)" if nuls > 8 and nuls > len(head) // 100 else None
+    if nuls > 8 and nuls > len(head) // 100:
+        return "binary data (NUL bytes)"
+    text = head.decode("utf-8", "replace")
+    bad = text.count("\ufffd") - head.decode("utf-8", "ignore").count("\ufffd")  # U+FFFD written as such is text
+    if len(head) >= 512 and bad > 0.3 * len(text):
+        return (f"mostly not UTF-8 ({bad / len(text):.0%} of its first characters: compressed or binary data, or text "
+                "in another encoding, which iconv -t UTF-8 converts)")  # fmt: skip
+    return None
 
 
 def refuse_binary(path: Path, head: bytes) -> None:

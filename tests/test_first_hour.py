@@ -74,6 +74,31 @@ def test_a_binary_file_is_refused_as_text(tmp_path, capsys):
     assert fileio.binary_kind(b"a\x00b\n\x00\n") is None  # a few NUL bytes in text are kept, as before
 
 
+def test_compressed_random_or_other_encodings_are_refused_as_text(tmp_path, capsys):
+    """A corpus packed as .xz or .zst, random bytes, or text in cp1251 used to be embedded as lines of U+FFFD, with
+    a warning but rows that are not the text's: each is refused before any work, naming what it looks like. Text
+    with a few bad bytes (Latin-1 French, a short broken file) is still read, the bad bytes replaced and counted."""
+    rng = np.random.default_rng(0)
+    french = "Le chat dort sur le canapé près de la fenêtre, à côté du piano.\n" * 40
+    cases = {
+        "corpus.txt.xz": (b"\xfd7zXZ\x00" + rng.bytes(3000), "xz-compressed (unpack it"),
+        "corpus.txt.zst": (b"\x28\xb5\x2f\xfd" + rng.bytes(3000), "zstd-compressed (unpack it"),
+        "corpus.txt": (b"\x1f\x8b" + rng.bytes(3000), "gzip-compressed (named .gz"),
+        "random.txt": (bytes(rng.integers(1, 256, 3000, dtype=np.uint8)), "mostly not UTF-8 ("),
+        "russian.txt": ("Привет, как дела? Это тест.\n".encode("cp1251") * 40, "mostly not UTF-8 ("),
+        "french.txt": (french.encode("latin-1"), None),
+        "short.txt": (b"ok\n\xff\xfe\n", None),
+    }
+    for name, (data, refused) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        code = embed_sentences.main(["--sentence-file", str(tmp_path / name), "--output-file", str(tmp_path / "o.npy")])
+        err = capsys.readouterr().err
+        if refused:
+            assert code == 2 and f"error: {tmp_path / name}: {refused}" in err, (name, err)
+        else:
+            assert code == 0 and "invalid UTF-8" in err, (name, err)
+
+
 def test_training_folders_and_states_point_to_their_model(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
