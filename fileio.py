@@ -152,6 +152,7 @@ def _is_utf8(line: bytes) -> bool:
 
 
 PACKED = "(unpack it, or pack it as .gz, which is read as it is)"
+UTF16 = "UTF-16 text (as Windows tools often write it; iconv -f UTF-16 -t UTF-8 converts it)"
 MAGIC = {b"\x93NUMPY": "a NumPy .npy", b"PK\x03\x04": "a zip archive (a .pt model?)", b"%PDF": "a PDF",
          b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image", b"\x7fELF": "a program",
          b"\x89HDF": "an HDF5 file", b"PAR1": "a Parquet file", b"SQLite format 3": "an SQLite database",
@@ -161,18 +162,19 @@ MAGIC = {b"\x93NUMPY": "a NumPy .npy", b"PK\x03\x04": "a zip archive (a .pt mode
 
 def binary_kind(head: bytes) -> str | None:
     """What a file that starts with `head` is when it is not text: a known format by its magic number, many NUL
-    bytes (text may hold a few), or bytes mostly not UTF-8 (compressed or random data, or text in another encoding,
+    bytes (text may hold a few), or bytes mostly undecodable as UTF-8 (compressed or random data, or text in another encoding,
     whose vectors would be of U+FFFD); None for text."""
     for magic, kind in MAGIC.items():
         if head.startswith(magic):
             return kind
     nuls = head.count(0)
     if nuls > 8 and nuls > len(head) // 100:
-        return "binary data (NUL bytes)"
+        wide = max(head[0::2].count(0), head[1::2].count(0)) > 0.9 * nuls  # every other byte NUL: 16-bit units
+        return UTF16 if head.startswith((b"\xff\xfe", b"\xfe\xff")) or wide else "binary data (NUL bytes)"
     text = head.decode("utf-8", "replace")
     bad = text.count("\ufffd") - head.decode("utf-8", "ignore").count("\ufffd")  # U+FFFD written as such is text
     if len(head) >= 512 and bad > 0.3 * len(text):
-        return (f"mostly not UTF-8 ({bad / len(text):.0%} of its first characters: compressed or binary data, or text "
+        return (f"undecodable bytes ({bad / len(text):.0%} of its first characters: compressed or binary data, or text "
                 "in another encoding, which iconv -t UTF-8 converts)")  # fmt: skip
     return None
 
@@ -180,7 +182,7 @@ def binary_kind(head: bytes) -> str | None:
 def refuse_binary(path: Path, head: bytes) -> None:
     """Refuse, as text, a file whose first bytes `head` say it is binary (binary_kind)."""
     if kind := binary_kind(head):
-        raise InputError(f"{path}: {kind}, not text: give UTF-8 text, one sentence per line")
+        raise InputError(f"{path}: {kind}, not UTF-8 text: give one sentence per line in UTF-8")
 
 
 def iter_line_chunks(

@@ -70,13 +70,14 @@ def test_a_binary_file_is_refused_as_text(tmp_path, capsys):
     vectors = tmp_path / "v.npy"
     np.save(vectors, np.zeros((1000, 8), np.float32))
     assert embed_sentences.main(["--sentence-file", str(vectors), "--output-file", str(tmp_path / "o.npy")]) == 2
-    assert f"error: {vectors}: a NumPy .npy, not text" in capsys.readouterr().err
+    assert f"error: {vectors}: a NumPy .npy, not UTF-8 text" in capsys.readouterr().err
     assert fileio.binary_kind(b"a\x00b\n\x00\n") is None  # a few NUL bytes in text are kept, as before
 
 
 def test_compressed_random_or_other_encodings_are_refused_as_text(tmp_path, capsys):
     """A corpus packed as .xz or .zst, random bytes, or text in cp1251 used to be embedded as lines of U+FFFD, with
-    a warning but rows that are not the text's: each is refused before any work, naming what it looks like. Text
+    a warning but rows that are not the text's: each is refused before any work, naming what it looks like (UTF-16
+    text too, which was refused as "binary data"). Text
     with a few bad bytes (Latin-1 French, a short broken file) is still read, the bad bytes replaced and counted."""
     rng = np.random.default_rng(0)
     french = "Le chat dort sur le canapé près de la fenêtre, à côté du piano.\n" * 40
@@ -84,8 +85,10 @@ def test_compressed_random_or_other_encodings_are_refused_as_text(tmp_path, caps
         "corpus.txt.xz": (b"\xfd7zXZ\x00" + rng.bytes(3000), "xz-compressed (unpack it"),
         "corpus.txt.zst": (b"\x28\xb5\x2f\xfd" + rng.bytes(3000), "zstd-compressed (unpack it"),
         "corpus.txt": (b"\x1f\x8b" + rng.bytes(3000), "gzip-compressed (named .gz"),
-        "random.txt": (bytes(rng.integers(1, 256, 3000, dtype=np.uint8)), "mostly not UTF-8 ("),
-        "russian.txt": ("Привет, как дела? Это тест.\n".encode("cp1251") * 40, "mostly not UTF-8 ("),
+        "random.txt": (bytes(rng.integers(1, 256, 3000, dtype=np.uint8)), "undecodable bytes ("),
+        "russian.txt": ("Привет, как дела? Это тест.\n".encode("cp1251") * 40, "undecodable bytes ("),
+        "windows.txt": ("A line from PowerShell.\n".encode("utf-16") * 40, "UTF-16 text (as Windows tools"),
+        "no-bom.txt": ("A line without a byte order mark.\n".encode("utf-16-be") * 40, "UTF-16 text ("),
         "french.txt": (french.encode("latin-1"), None),
         "short.txt": (b"ok\n\xff\xfe\n", None),
     }

@@ -55,7 +55,7 @@ def test_text_reader_on_arbitrary_bytes(tmp_path):
             got = [line for chunk in iter_line_chunks(path, chunk_lines, strict, stats) for line in chunk]
         except InputError as e:
             if kind:
-                assert str(e) == f"{path}: {kind}, not text: give UTF-8 text, one sentence per line"
+                assert str(e) == f"{path}: {kind}, not UTF-8 text: give one sentence per line in UTF-8"
             else:
                 assert strict and bad and str(e).startswith(f"{path}:{bad[0]}: invalid UTF-8"), str(e)
             return
