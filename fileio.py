@@ -162,8 +162,8 @@ MAGIC = {b"\x93NUMPY": "a NumPy .npy", b"PK\x03\x04": "a zip archive (a .pt mode
 
 def binary_kind(head: bytes) -> str | None:
     """What a file that starts with `head` is when it is not text: a known format by its magic number, many NUL
-    bytes (text may hold a few), or bytes mostly undecodable as UTF-8 (compressed or random data, or text in another encoding,
-    whose vectors would be of U+FFFD); None for text."""
+    bytes (text may hold a few; UTF-16 where every other byte is one), or bytes mostly undecodable as UTF-8
+    (compressed or random data, or text in another encoding, whose vectors would be of U+FFFD); None for text."""
     for magic, kind in MAGIC.items():
         if head.startswith(magic):
             return kind
