@@ -8,9 +8,9 @@ own user and system time is read from /proc every 20 ms until it exits (its work
 the moment its workers start (the feeding, start-up aside). Then the end: the seconds from the workers' exit to the
 command's (publishing the output: its fsync and rename). Before all, what of that fsync is left when the output is
 written at --write-rate while `fileio.flushing` syncs its pages every second or every quarter of one. First of the
-runs, the plan of the input's blocks, which the parent
-makes before any worker starts, on one thread and on --threads; last, the CPU time of `model.encode`'s caller (the
-process that hands the workers their jobs) on --encode sentences, and its seconds before the first job.
+runs, the plan of the input's blocks, which the parent makes before any worker starts, on one thread and on
+--threads; last, the CPU time of `model.encode`'s caller (the process that hands the workers their jobs) on --encode
+sentences (0: left out), and its seconds before the first job.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@
 `paraphrastic-embed` pools with scipy's sparse product, and imports torch for its embedding_bag (the same bits)
 only where a worker's share of the input is at least TORCH_FROM texts. First, in a process without torch: the
 shipped model's pooling per text with scipy, torch's import, then its pooling per text, and the share from which
-the kernel alone would repay the import. Then the whole command, --workers workers on shares of each
-size, with torch for every share (TORCH_FROM = 0) and for none (never), in turn, --runs times: what the rule decides.
+the kernel alone would repay the import. Then the whole command, --workers workers on shares of each size, with
+torch for every share (TORCH_FROM = 0) and for none (never), in turn, --runs times: what the rule decides.
 """
 
 from __future__ import annotations

@@ -77,8 +77,8 @@ def test_a_binary_file_is_refused_as_text(tmp_path, capsys):
 def test_compressed_random_or_other_encodings_are_refused_as_text(tmp_path, capsys):
     """A corpus packed as .xz or .zst, random bytes, or text in cp1251 used to be embedded as lines of U+FFFD, with
     a warning but rows that are not the text's: each is refused before any work, naming what it looks like (UTF-16
-    text too, which was refused as "binary data"). Text
-    with a few bad bytes (Latin-1 French, a short broken file) is still read, the bad bytes replaced and counted."""
+    text too, which was refused as "binary data"). Text with a few bad bytes (Latin-1 French, a short broken file)
+    is still read, the bad bytes replaced and counted."""
     rng = np.random.default_rng(0)
     french = "Le chat dort sur le canapé près de la fenêtre, à côté du piano.\n" * 40
     cases = {
