@@ -587,7 +587,7 @@ def from_checkpoint(state: dict, path: str | os.PathLike) -> Model:
     fields = checkpoint_fields(state, path)
     table = fields["embedding"]
     if fields["format_version"] == INT8_VERSION:
-        table = table.float() * fields["embedding_scale"].float()
+        table = table.float().mul_(fields["embedding_scale"].float())  # in place, as static_from_checkpoint
     table = checked_finite(table, path)
     if "tokenizer" not in fields:
         return _general_from_native(state, fields["config"], table, path)

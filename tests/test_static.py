@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -63,6 +64,18 @@ def test_static_model_reads_piece_row_maps_as_the_torch_model(sp_bytes, tmp_path
     encoder = paraphrastic.load_encoder(tmp_path / "legacy.pt")
     assert isinstance(encoder, static.StaticModel)
     assert encoder.embed_here(texts).tobytes() == model.embed_here(texts).tobytes()
+
+
+def test_loading_an_int8_model_builds_one_float_table():
+    path = paraphrastic.static.model_path(None)  # the shipped default: int8 rows, bfloat16 scales
+    state = checkpoint.read_checkpoint(path)
+    rows, dim = state["embedding"].shape
+    tracemalloc.start()
+    model = checkpoint.static_from_checkpoint(state, path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert model.table.dtype == np.float32 and model.table.shape == (rows, dim)
+    assert peak < 1.5 * rows * dim * 4  # scaled in place: a second table-sized array would be 80 MB more at start-up
 
 
 def test_mean_rows_kernels_agree_bit_for_bit(monkeypatch):
