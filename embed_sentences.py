@@ -35,6 +35,7 @@ from paraphrastic.fileio import (
     check_room,
     count_lines,
     decode_raw,
+    estimate_lines,
     file_digest,
     flushing,
     open_input,
@@ -125,19 +126,19 @@ def embed_file(
     written atomically, by `workers` processes (default: `workers.threads()`) that write their rows into the
     memory-mapped output; returns stats (`rows`, `invalid_utf8_lines`)."""
     workers = workers or threads()
-    blocks, n = worker_blocks(sentence_file, chunk_lines, start, stop, workers)
-    stats: dict = {"rows": n, "invalid_utf8_lines": 0}
-    check_room(output_file, n * model.dim * np.dtype(dtype).itemsize)
-    with npy_output(output_file) as tmp:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(n, model.dim))  # header and size
-        del out  # the workers write the rows
-        reserve_space(tmp)  # a full disk fails here with a clear error, not with SIGBUS in the memory map
-        jobs = (
-            (Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start) for first, blob in blocks
-        )
-        row = 0
-        use_torch_for(-(-n // workers))  # before the fork: imported once for every worker
-        with Workers(model, workers) as pool, progress(n, " sent", quiet) as bar:
+    use_torch_for(-(-estimate_lines(sentence_file, start, stop) // workers))  # before the fork: loaded once for all
+    with Workers(model, workers) as pool:
+        pool.start()  # the workers fork and warm up while the input is planned
+        blocks, n = worker_blocks(sentence_file, chunk_lines, start, stop, workers)
+        stats: dict = {"rows": n, "invalid_utf8_lines": 0}
+        check_room(output_file, n * model.dim * np.dtype(dtype).itemsize)
+        with npy_output(output_file) as tmp, progress(n, " sent", quiet) as bar:
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(n, model.dim))  # header and size
+            del out  # the workers write the rows
+            reserve_space(tmp)  # a full disk fails here with a clear error, not with SIGBUS in the memory map
+            jobs = ((Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start)
+                    for first, blob in blocks)  # fmt: skip
+            row = 0
             for rows, job_stats, tokens in pool.map(embed_job, jobs):
                 if tokens is not None:  # tokenized by the workers, pooled here on the device
                     write_npy_rows(tmp, tokens[0], model.embed_tokens(*tokens[1:]))
@@ -145,8 +146,8 @@ def embed_file(
                     stats[key] = stats.get(key, 0) + value
                 row += rows
                 bar.update(rows)
-        if row != n:
-            raise InputError(f"{sentence_file}: read {row} lines but counted {n}; file changed while read?")
+            if row != n:
+                raise InputError(f"{sentence_file}: read {row} lines but counted {n}; file changed while read?")
     return stats
 
 

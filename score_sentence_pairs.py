@@ -21,6 +21,7 @@ from paraphrastic.fileio import (
     bad_pairs_note,
     block_bytes,
     decode_raw,
+    estimate_lines,
     open_input,
     parse_pair_lines,
     progress,
@@ -75,21 +76,23 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
     scores in this process); returns (lines written, the first SHOWN bad line numbers, pairs with an empty side,
     stats: `bad_lines` counts them all, so that memory stays flat however many there are)."""
     path = Path(args.sentence_pair_file)
-    blocks, total = worker_blocks(path, args.chunk_lines, threads=threads())
+    workers = threads() if model.on_cpu else 1
+    use_torch_for(-(-2 * estimate_lines(path) // workers))  # before the fork: loaded once for all
     written = empty = 0
     bad: list[int] = []
     stats: dict = {"invalid_utf8_lines": 0, "bad_lines": 0}
-    jobs = ((path, first, blob, args.strict, args.skip_bad_lines, args.batch_size) for first, blob in blocks)
-    workers = threads() if model.on_cpu else 1
-    use_torch_for(-(-2 * total // workers))  # before the fork: imported once for every worker
-    with Workers(model, workers) as pool, progress(total, " pair", args.quiet) as bar:
-        for text, lines, chunk_bad, chunk_empty, chunk_stats in pool.map(score_job, jobs):
-            out.write(text)
-            for key, value in chunk_stats.items():
-                stats[key] = stats.get(key, 0) + value
-            written, bad, empty = written + lines, bad + chunk_bad[: SHOWN - len(bad)], empty + chunk_empty
-            stats["bad_lines"] += len(chunk_bad)
-            bar.update(lines)
+    with Workers(model, workers) as pool:
+        pool.start()  # the workers fork and warm up while the input is planned
+        blocks, total = worker_blocks(path, args.chunk_lines, threads=threads())
+        jobs = ((path, first, blob, args.strict, args.skip_bad_lines, args.batch_size) for first, blob in blocks)
+        with progress(total, " pair", args.quiet) as bar:
+            for text, lines, chunk_bad, chunk_empty, chunk_stats in pool.map(score_job, jobs):
+                out.write(text)
+                for key, value in chunk_stats.items():
+                    stats[key] = stats.get(key, 0) + value
+                written, bad, empty = written + lines, bad + chunk_bad[: SHOWN - len(bad)], empty + chunk_empty
+                stats["bad_lines"] += len(chunk_bad)
+                bar.update(lines)
     return written, bad, empty, stats
 
 

@@ -203,6 +203,12 @@ class Encoding:
     """The embedding API every model offers (`encode`, `embed_raw_text`, `score_raw_text`, `similarity`, pools of
     worker processes), over its own `embed_here`, `token_ids`, `embed_tokens`, `dim` and `on_cpu`."""
 
+    def warm_up(self) -> None:
+        """Embed one text, so that what a first embedding loads (scipy's kernel: 0.1 s) is loaded: a worker does
+        this as it starts, while the caller still plans the jobs, not at its first job."""
+        if self.on_cpu:
+            self.embed_here(["."])
+
     def embed_raw_text(
         self, texts: Sequence[str], batch_size: int = 8192, pool: Workers | None = None, bar=None
     ) -> np.ndarray:

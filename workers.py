@@ -99,6 +99,7 @@ def _start(model, parent: int, data: Any) -> None:
     if torch := sys.modules.get("torch"):
         torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle, once
+    model.warm_up()
 
 
 def _watch_parent(parent: int) -> None:
@@ -143,9 +144,7 @@ class Workers:
         pending: deque[cf.Future] = deque()
         try:
             for job in jobs:
-                with warnings.catch_warnings(), self.died():  # Python 3.12+ warns of fork in a threaded process;
-                    warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
-                    pending.append(self.pool.submit(_run, fn, job))  # the workers use no lock a thread may hold
+                pending.append(self._submit(_run, fn, job))
                 if len(pending) >= IN_FLIGHT * self.size:
                     yield self._result(pending.popleft())
             while pending:
@@ -154,10 +153,24 @@ class Workers:
             for future in pending:
                 future.cancel()
 
+    def start(self) -> None:
+        """Fork the workers now instead of at the first job, so that they start and warm up (`warm_up`) while the
+        caller still plans their jobs."""
+        if self.pool is not None:
+            self._submit(os.getpid)
+
+    def _submit(self, fn: Callable, *args: Any) -> cf.Future:
+        """pool.submit, which forks the workers the first time."""
+        with warnings.catch_warnings(), self.died():  # Python 3.12+ warns of fork in a threaded process;
+            warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+            return self.pool.submit(fn, *args)  # the workers use no lock a thread may hold
+
     def _result(self, future: cf.Future) -> Any:
-        """The job's result, watching the workers while it waits: a stopped worker, or workers that use no CPU for
-        STALL_S, end the run with one error naming them (a job would otherwise wait for ever)."""
+        """The job's result, watching the workers while it waits: a worker stopped at two looks with no CPU used
+        between them (a traced one, under strace, stops at every system call but runs), or workers that use no CPU
+        for STALL_S, end the run with one error naming them (a job would otherwise wait for ever)."""
         idle, cpu = 0.0, None  # the workers' CPU time is read once a wait is long: a result's ms read it not at all
+        held: dict[int, float | None] = {}  # the workers stopped at the last look, with their CPU time then
         with self.died():
             while True:
                 try:
@@ -165,7 +178,8 @@ class Workers:
                 except cf.TimeoutError:
                     pass
                 states = {pid: process_state(pid) for pid in self.pids()}
-                if stopped := [str(pid) for pid, state in states.items() if state in ("T", "t")]:
+                was, held = held, {pid: process_cpu(pid) for pid, state in states.items() if state in ("T", "t")}
+                if stopped := [str(pid) for pid, used in held.items() if pid in was and was[pid] == used]:
                     raise WorkerError(f"worker process {', '.join(stopped)} is stopped (SIGSTOP, or a debugger): "
                                       f"continue it (kill -CONT {' '.join(stopped)}) or stop the run")  # fmt: skip
                 now = self.cpu_seconds()

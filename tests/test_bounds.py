@@ -112,6 +112,19 @@ def test_the_workers_plan_reads_the_blocks_iter_line_blocks_reads(tmp_path):
         assert [n for *_, n in plan] == [blob.count(b"\n") + (not blob.endswith(b"\n")) for _, blob in read]
 
 
+def test_a_plan_for_workers_ends_in_finer_blocks(tmp_path):
+    """The last blocks of a plan for N workers, one a worker, are cut TAIL_SPLIT times finer, so that no worker
+    runs a whole job alone at the end; the lines and their numbers are those of the one-thread plan."""
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"line {i}\n" for i in range(10_000)))
+    one = fileio.line_plan(path, 400)
+    plan = fileio.line_plan(path, 400, threads=4)
+    assert [n for *_, n in one] == [400] * 25
+    assert [n for *_, n in plan] == [400] * 21 + [100] * 16
+    assert [(first, at) for first, at, *_ in plan[21::4]] == [(first, at) for first, at, *_ in one[-4:]]
+    assert sum(size for _, _, size, _ in plan) == path.stat().st_size
+
+
 def test_a_plan_in_parts_covers_the_same_lines_and_names_the_same_long_line(tmp_path, monkeypatch):
     """line_plan's threads each plan a part of the bytes cut at a line start: the blocks differ from one thread's at
     the cuts alone, so they hold the same lines in order, each within the budgets, numbered as one thread numbers

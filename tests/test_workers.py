@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import generated_sentences
 
+import paraphrastic
 from paraphrastic import embed_sentences, models, score_sentence_pairs, static
 from paraphrastic.fileio import Error
 from paraphrastic.workers import WorkerError, Workers, given
@@ -144,6 +145,26 @@ def square(model, job):
     return job * job
 
 
+def texts_pooled(model, job) -> int:
+    return model.pooled
+
+
+def test_the_workers_start_warm_while_the_caller_plans(tiny_model_file, tmp_path, monkeypatch):
+    """embed_file forks its workers before it plans the input, and each embeds a text as it starts (warm_up): what a
+    first embedding loads is loaded while the input is planned, not at the first job."""
+    encoder = paraphrastic.load_encoder(tiny_model_file)
+    with Workers(encoder, 2) as pool:
+        pool.start()
+        assert list(pool.map(texts_pooled, range(4))) == [1, 1, 1, 1]  # the warm-up's one text, in either worker
+    seen = []
+    plan = embed_sentences.worker_blocks
+    monkeypatch.setattr(embed_sentences, "worker_blocks", lambda *a: seen.append(children(os.getpid())) or plan(*a))
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(generated_sentences(300, seed=1)) + "\n")
+    embed_sentences.embed_file(encoder, path, tmp_path / "out.npy", chunk_lines=50, workers=2, quiet=True)
+    assert len(seen) == 1 and len(seen[0]) == 2
+
+
 def given_letters(model, cut: slice) -> str:
     return "".join(given()[cut])
 
@@ -260,6 +281,23 @@ def test_a_stopped_worker_is_named_in_one_error(tiny_model, tmp_path):
                 list(results)
         finally:
             os.kill(stopped, signal.SIGCONT)
+
+
+def spin_for(model, seconds: float) -> float:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+    return seconds
+
+
+def test_a_traced_worker_that_runs_is_not_called_stopped(tiny_model, monkeypatch):
+    """Under strace a worker is in the stopped state ("t") at every system call, yet it runs: a worker seen stopped
+    counts as stopped only when it used no CPU between two looks."""
+    from paraphrastic import workers
+
+    monkeypatch.setattr(workers, "process_state", lambda pid: "t")
+    with Workers(tiny_model, 2) as pool:
+        assert list(pool.map(spin_for, [2.5, 2.5])) == [2.5, 2.5]  # both workers busy, both "t" at every look
 
 
 def sleep_for(model, seconds: float) -> float:
