@@ -228,8 +228,9 @@ def main() -> None:
             limit = n * single
             print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} | {at_once[n]:,.0f} "
                   f"({at_once[n] / at_once[1]:.1f}x) | {rates[0] / limit:.0%} | {ups} |", flush=True)  # fmt: skip
-        print("\nembed's run in parts (medians, seconds): before its workers start (start-up, planning the input), "
-              "with them, after they end (publishing the output)\n\n| workers | before | with workers | after |\n"
+        print("\nembed's run in parts (medians, seconds): before its workers start (start-up), with them (planning the "
+              "input as they start, the rows, publishing the output), after they end\n\n| workers | before | with "
+              "workers | after |\n"
               "|---|---|---|---|")  # fmt: skip
         for n in counts:
             parts = [r[n][3] for r in rounds if r[n][3]]

@@ -6,9 +6,10 @@
 The commands run as `python -m paraphrastic.embed_sentences` (so PYTHONPATH picks the code measured); the parent's
 own user and system time is read from /proc every 20 ms until it exits (its workers' time is theirs), in all and from
 the moment its workers start (the feeding, start-up aside). Then the end: the seconds from the workers' exit to the
-command's (publishing the output: its fsync and rename). Before all, what of that fsync is left when the output is
-written at --write-rate while `fileio.flushing` syncs its pages every second or every quarter of one. First of the
-runs, the plan of the input's blocks, which the parent makes before any worker starts, on one thread and on
+command's (the output is published, its fsync and rename, before they are let go). Before all, what of that fsync is
+left when the output is written at --write-rate while `fileio.flushing` syncs its pages every second or every quarter
+of one. First of the runs, the plan of the input's blocks, which the parent makes while its workers start, on one
+thread and on
 --threads; last, the CPU time of `model.encode`'s caller (the process that hands the workers their jobs) on --encode
 sentences (0: left out), and its seconds before the first job.
 """
@@ -123,7 +124,7 @@ def main() -> None:
                       f"{tmp}/s.tsv"],
         }  # fmt: skip
         one, many = plan_seconds(text, 1), plan_seconds(text, args.threads)
-        print(f"planning the input ({args.lines:,} lines, before any worker starts): {one:.3f} s on one thread, "
+        print(f"planning the input ({args.lines:,} lines, while the workers start): {one:.3f} s on one thread, "
               f"{many:.3f} s on {args.threads}", flush=True)  # fmt: skip
         for name, cmd in runs.items():
             wall, cpu, feeding, fed, ending = parent_share(
