@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from paraphrastic import knn, language, load_encoder, ray_engine
 from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
@@ -194,6 +193,8 @@ def build_index(keys: Side, kind: str, args: argparse.Namespace):
     if kind == "ivf":
         sample = side_rows(keys, np.sort(np.random.default_rng(args.seed).choice(n, min(n, 40 * nlist), False)))
     index = knn.faiss_index(dim, kind, nlist, args.nprobe, sample)
+    from tqdm import tqdm  # here, as in search_chunks: --help and argument errors come without it
+
     for start in tqdm(
         range(0, n, args.chunk_lines), desc=f"index {keys.path.name}", disable=args.quiet, file=sys.stderr
     ):
@@ -215,6 +216,8 @@ def searcher(keys: Side, k: int, args: argparse.Namespace) -> Callable[[np.ndarr
 
 def search_chunks(search: Callable, keys: Side, queries: Side, args: argparse.Namespace) -> tuple[np.ndarray, ...]:
     """Run `search` over the queries in chunks (small enough for exact search's score matrix to stay bounded)."""
+    from tqdm import tqdm
+
     step = args.chunk_lines if knn.have_faiss() else max(1, min(args.chunk_lines, (1 << 26) // len(keys.rows)))
     parts = [
         search(side_rows(queries, slice(start, start + step)))

@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from paraphrastic import commit, load_encoder
 from paraphrastic.cli import Terminated, refuse_unused
@@ -590,6 +589,8 @@ def run_job(job: commit.Job, items: list[dict], args, kind: str, parts: dict) ->
         bar.update(sum(record["part_rows"]))
 
     try:
+        from tqdm import tqdm  # here: its import is a tenth of the local commands' start-up, which import this module
+
         cpus = start(args.address, args.threads)
         bar = tqdm(total=total, unit=" line", disable=args.quiet, file=sys.stderr, desc=kind,
                    initial=sum(sum(r["part_rows"]) for r in records.values()))  # fmt: skip
