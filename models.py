@@ -57,7 +57,6 @@ from paraphrastic.static import (
     first_sentence,
     offsets_of,
     sp_rows,
-    text_slices,
 )
 
 PRECISIONS = ("float32", "float16", "int8")
@@ -198,10 +197,6 @@ class Model(nn.Module, Encoding):
         """The bags of `token_ids`' output."""
         return Bags.of(flat, lengths)
 
-    def ids_and_offsets(self, texts: Sequence[str]) -> Bags:
-        """Tokenize a batch into (table rows, bag offsets)."""
-        return self.rows_and_offsets(*self.token_ids(texts, num_threads=torch.get_num_threads()))
-
     def split_parts(self, ids: torch.Tensor, offsets: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each part's (rows, offsets) out of the joint bags, in order within each bag."""
         return [(ids, offsets)] if len(self.tokenizers) == 1 else deinterleave(ids, offsets, self.starts)
@@ -222,17 +217,6 @@ class Model(nn.Module, Encoding):
         """Sentence vectors (len(offsets), dim) of bags of table rows."""
         ids, offsets = ids.to(self.device), offsets.to(self.device)
         return self.pool_parts(self.embedding.weight, self.split_parts(ids, offsets), dropout)
-
-    @torch.no_grad()
-    def embed_here(self, texts: Sequence[str], batch_size: int = 8192, bar=None) -> np.ndarray:
-        """Embed in this process, `batch_size` texts (and JOB_BYTES characters) at a time: float32 (len(texts), dim),
-        one row per text."""
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for cut in text_slices(texts, batch_size):
-            out[cut] = self(*self.ids_and_offsets(texts[cut])).cpu().numpy()
-            if bar is not None:
-                bar.update(cut.stop - cut.start)
-        return out
 
     @torch.no_grad()
     def embed_tokens(self, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -201,7 +201,17 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 class Encoding:
     """The embedding API every model offers (`encode`, `embed_raw_text`, `score_raw_text`, `similarity`, pools of
-    worker processes), over its own `embed_here`, `token_ids`, `embed_tokens`, `dim` and `on_cpu`."""
+    worker processes), over its own `token_ids`, `embed_tokens`, `dim` and `on_cpu`."""
+
+    def embed_here(self, texts: Sequence[str], batch_size: int = 8192, bar=None) -> np.ndarray:
+        """Embed in this process, `batch_size` texts (and JOB_BYTES characters) at a time: float32 (len(texts), dim),
+        one row per text: each model's `token_ids`, then its `embed_tokens`."""
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for cut in text_slices(texts, batch_size):
+            out[cut] = self.embed_tokens(*self.token_ids(texts[cut], workers.threads()))
+            if bar is not None:
+                bar.update(cut.stop - cut.start)
+        return out
 
     def warm_up(self) -> None:
         """Embed one text, so that what a first embedding loads (scipy's kernel: 0.1 s) is loaded: a worker does
@@ -478,16 +488,6 @@ class StaticModel(Encoding):
         self.pooled += len(lengths)
         use_torch_for(self.pooled)  # a long stream (a Ray actor, many encode calls) switches to torch's kernel
         return mean_rows(self.table, *sp_rows(flat, lengths, self.piece_rows, self.unk_row))
-
-    def embed_here(self, texts: Sequence[str], batch_size: int = 8192, bar=None) -> np.ndarray:
-        """Embed in this process, `batch_size` texts (and JOB_BYTES characters) at a time: float32 (len(texts), dim),
-        one row per text."""
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for cut in text_slices(texts, batch_size):
-            out[cut] = self.embed_tokens(*self.token_ids(texts[cut], workers.threads()))
-            if bar is not None:
-                bar.update(cut.stop - cut.start)
-        return out
 
 
 def model_path(path: str | os.PathLike | None) -> Path:
