@@ -291,8 +291,8 @@ def line_plan(
         plan += [(line + first, offset, size, n) for first, offset, size, n in blocks]
         line += lines
     if threads > 1 and len(plan) > threads:  # the last `threads` blocks cut finer, so that the workers end together
-        (line, lo, *_), (_, last, size, _) = plan[-threads], plan[-1]
-        tail = plan_span(path, lo, last + size, max(1, chunk_lines // TAIL_SPLIT), max(1, chunk_bytes // TAIL_SPLIT))[0]
+        (line, lo, *_), (_, at, size, _) = plan[-threads], plan[-1]  # re-planned: from the first of them to the end
+        tail = plan_span(path, lo, at + size, max(1, chunk_lines // TAIL_SPLIT), max(1, chunk_bytes // TAIL_SPLIT))[0]
         plan[-threads:] = [(line + first, offset, size, n) for first, offset, size, n in tail]
     return plan
 

@@ -9,9 +9,8 @@ the moment its workers start (the feeding, start-up aside). Then the end: the se
 command's (the output is published, its fsync and rename, before they are let go). Before all, what of that fsync is
 left when the output is written at --write-rate while `fileio.flushing` syncs its pages every second or every quarter
 of one. First of the runs, the plan of the input's blocks, which the parent makes while its workers start, on one
-thread and on
---threads; last, the CPU time of `model.encode`'s caller (the process that hands the workers their jobs) on --encode
-sentences (0: left out), and its seconds before the first job.
+thread and on --threads; last, the CPU time of `model.encode`'s caller (the process that hands the workers their
+jobs) on --encode sentences (0: left out), and its seconds before the first job.
 """
 
 from __future__ import annotations
