@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paraphrastic import load_encoder, ray_engine
+from paraphrastic import language, load_encoder, ray_engine
 from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
 from paraphrastic.fileio import (
     InputError,
@@ -46,7 +46,7 @@ from paraphrastic.fileio import (
     worker_blocks,
     write_npy_rows,
 )
-from paraphrastic.static import model_path, tally_unknown, text_notes, use_torch_for
+from paraphrastic.static import model_path, text_notes, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
@@ -172,10 +172,12 @@ def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
     path, first, block, strict, batch_size, out, row = job
     lines, bad = decode_raw(block_bytes(path, block), path, first, strict)
     stats = {"invalid_utf8_lines": bad}
-    tally_unknown(model, lines, stats, sample=max(256, len(lines) // 32))
+    language.tally(lines, stats)
     if not model.on_cpu:
-        return len(lines), stats, (row, *model.token_ids(lines))
-    write_npy_rows(out, row, model.embed_here(lines, batch_size))
+        ids = model.token_ids(lines)
+        model.count_unknown(lines, stats, ids)
+        return len(lines), stats, (row, *ids)
+    write_npy_rows(out, row, model.embed_here(lines, batch_size, stats=stats))
     return len(lines), stats, None
 
 

@@ -118,33 +118,6 @@ def open_input(path: str | os.PathLike) -> int:
         raise InputError(f"{p}: cannot read ({e.strerror})") from e
 
 
-def _decode_lines(raw: list[bytes], path: Path, first_line: int, strict: bool) -> tuple[list[str], int]:
-    """Decode raw lines as UTF-8, dropping the line ending (LF or CRLF).
-
-    Invalid bytes are replaced with U+FFFD and counted, or raise InputError under `strict`.
-    """
-    blob = b"".join(raw)
-    try:
-        text = blob.decode("utf-8")
-        bad = 0
-    except UnicodeDecodeError:
-        if strict:
-            for i, line in enumerate(raw):
-                try:
-                    line.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise InputError(
-                        f"{path}:{first_line + i}: invalid UTF-8 at byte {e.start} "
-                        "(re-encode the file, or drop --strict to replace bad bytes with U+FFFD)"
-                    ) from None
-        bad = sum(1 for line in raw if not _is_utf8(line))
-        text = blob.decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    return [s[:-1] if s.endswith("\r") else s for s in lines], bad
-
-
 def _is_utf8(line: bytes) -> bool:
     try:
         line.decode("utf-8")
@@ -411,10 +384,31 @@ def line_offsets(path: str | os.PathLike, every: int, block: int = 1 << 20) -> t
 
 def decode_raw(blob: bytes, path: Path, first_line: int, strict: bool) -> tuple[list[str], int]:
     """(lines, how many held invalid UTF-8) of a block of whole lines that starts at line `first_line`, under the
-    line limit."""
-    raw = io.BytesIO(blob).readlines()
-    check_line_lengths(raw, path, first_line)
-    return _decode_lines(raw, path, first_line, strict)
+    line limit, their endings (LF or CRLF) dropped. Invalid bytes are replaced with U+FFFD and counted, or raise
+    InputError under `strict`. The block is decoded whole: only a faulty block is cut into lines of bytes."""
+    if len(blob) > line_limit():
+        check_line_lengths(io.BytesIO(blob).readlines(), path, first_line)
+    try:
+        text, bad = blob.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        raw = io.BytesIO(blob).readlines()
+        if strict:
+            for i, line in enumerate(raw):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError(
+                        f"{path}:{first_line + i}: invalid UTF-8 at byte {e.start} "
+                        "(re-encode the file, or drop --strict to replace bad bytes with U+FFFD)"
+                    ) from None
+        bad = sum(1 for line in raw if not _is_utf8(line))
+        text = blob.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    if "\r" in text:
+        lines = [s[:-1] if s.endswith("\r") else s for s in lines]
+    return lines, bad
 
 
 def check_line_lengths(raw: list[bytes], path: Path, first_line: int) -> None:

@@ -284,6 +284,8 @@ class SPModel(Model):
             f"lowercase={self.tokenizer.lowercase}, pieces={len(self.tokenizer)}, device={self.device})"
         )
 
+    piece_ids = True
+
     def token_ids(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """Raw sentencepiece ids (what HDF5 shards hold); `rows_and_offsets` maps them to rows."""
         return self.tokenizer.encode_flat(texts, num_threads)

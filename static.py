@@ -175,7 +175,9 @@ def mean_rows(table: np.ndarray, flat: np.ndarray, lengths: np.ndarray) -> np.nd
         return np.zeros((0, table.shape[1]), np.float32)
     ends = np.concatenate([[0], np.cumsum(lengths)])
     bags = csr_array((np.ones(len(flat), np.float32), flat, ends), shape=(len(lengths), len(table)))
-    return (bags @ table) / lengths[:, None].astype(np.float32)
+    sums = bags @ table
+    sums /= lengths[:, None].astype(np.float32)
+    return sums
 
 
 def use_torch_for(texts: int) -> None:
@@ -203,12 +205,20 @@ class Encoding:
     """The embedding API every model offers (`encode`, `embed_raw_text`, `score_raw_text`, `similarity`, pools of
     worker processes), over its own `token_ids`, `embed_tokens`, `dim` and `on_cpu`."""
 
-    def embed_here(self, texts: Sequence[str], batch_size: int = 8192, bar=None) -> np.ndarray:
+    piece_ids = False  # whether `token_ids` gives the first tokenizer's piece ids (a general model's are rows)
+
+    def embed_here(
+        self, texts: Sequence[str], batch_size: int = 8192, bar=None, stats: dict | None = None
+    ) -> np.ndarray:
         """Embed in this process, `batch_size` texts (and JOB_BYTES characters) at a time: float32 (len(texts), dim),
-        one row per text: each model's `token_ids`, then its `embed_tokens`."""
+        one row per text: each model's `token_ids`, then its `embed_tokens`. `stats`: where to count the texts
+        that are mostly unknown pieces (`count_unknown`), from the same ids."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for cut in text_slices(texts, batch_size):
-            out[cut] = self.embed_tokens(*self.token_ids(texts[cut], workers.threads()))
+            ids = self.token_ids(texts[cut], workers.threads())
+            if stats is not None:
+                self.count_unknown(texts[cut], stats, ids)
+            out[cut] = self.embed_tokens(*ids)
             if bar is not None:
                 bar.update(cut.stop - cut.start)
         return out
@@ -341,15 +351,17 @@ class Encoding:
     def mostly_unknown(self, texts: Sequence[str]) -> np.ndarray:
         """Per text: are more than half of its pieces (a bare word-start mark aside) unknown to the model?
         Such a text embeds as nearly the unknown piece's vector, so any two of them score near 1."""
-        tokenizer = self.tokenizers[0]
-        flat, lengths = tokenizer.encode_flat(texts)
-        owner = np.repeat(np.arange(len(texts)), lengths)
-        space = tokenizer.sp.piece_to_id("\u2581") if tokenizer.kind == "sp" else -1
-        if tokenizer.kind == "sp" and tokenizer.sp.id_to_piece(space) != "\u2581":
-            space = -1
-        content = np.bincount(owner, weights=flat != space, minlength=len(texts))
-        unknown = np.bincount(owner, weights=flat == tokenizer.unk_id, minlength=len(texts))
-        return unknown * 2 > content
+        return unknown_in(*self.tokenizers[0].encode_flat(texts), self.tokenizers[0])
+
+    def count_unknown(self, texts: Sequence[str], stats: dict, ids: tuple | None = None, sample: int = 256) -> None:
+        """Count in `stats` how many of `texts` are mostly unknown pieces (`unknown_warning` reads it): all of them
+        from `ids`, their `token_ids`, where those are piece ids (`piece_ids`); else about `sample` evenly spread
+        texts, tokenized again."""
+        if ids is None or not self.piece_ids:
+            texts = texts[:: max(1, len(texts) // sample)]
+            ids = self.tokenizers[0].encode_flat(texts)
+        stats["unknown_checked"] = stats.get("unknown_checked", 0) + len(texts)
+        stats["mostly_unknown"] = stats.get("mostly_unknown", 0) + int(unknown_in(*ids, self.tokenizers[0]).sum())
 
     def similarity(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> np.ndarray:
         """Cosine of every row of `a` with every row of `b`, (len(a), len(b)), as sentence-transformers'
@@ -467,6 +479,7 @@ class StaticModel(Encoding):
 
     kind = "sp"
     on_cpu = True
+    piece_ids = True
 
     def __init__(self, tokenizer: Tokenizer, table: np.ndarray, config: dict, piece_rows=None, unk_row=None):
         self.tokenizer, self.tokenizers, self.table, self.config = tokenizer, [tokenizer], table, config
@@ -528,10 +541,23 @@ def first_sentence(error: Exception) -> str:
 def tally_unknown(model: Encoding, lines: Sequence[str], stats: dict, sample: int = 2048) -> None:
     """Count, in `stats`, how many of about `sample` evenly spread lines are mostly unknown pieces, and the
     languages other than English some of them look (checks cheap enough for every chunk of a long file)."""
-    checked = lines[:: max(1, len(lines) // sample)]
-    stats["unknown_checked"] = stats.get("unknown_checked", 0) + len(checked)
-    stats["mostly_unknown"] = stats.get("mostly_unknown", 0) + int(model.mostly_unknown(checked).sum())
-    language.tally(checked, stats)
+    model.count_unknown(lines, stats, sample=sample)
+    language.tally(lines, stats)
+
+
+def unknown_in(flat: np.ndarray, lengths: np.ndarray, tokenizer: Tokenizer) -> np.ndarray:
+    """Per text of a tokenizer's (flat piece ids, lengths): are more than half of its pieces, a bare word-start
+    mark aside, the unknown piece? Found from where the unknown pieces are, which most texts have none of."""
+    unknown_at = np.flatnonzero(flat == tokenizer.unk_id)
+    if not len(unknown_at):
+        return np.zeros(len(lengths), dtype=bool)
+    ends = np.cumsum(lengths)
+    space = tokenizer.sp.piece_to_id("\u2581") if tokenizer.kind == "sp" else -1
+    if tokenizer.kind == "sp" and tokenizer.sp.id_to_piece(space) != "\u2581":
+        space = -1
+    unknown = np.bincount(np.searchsorted(ends, unknown_at, side="right"), minlength=len(lengths))
+    spaces = np.bincount(np.searchsorted(ends, np.flatnonzero(flat == space), side="right"), minlength=len(lengths))
+    return unknown * 2 > lengths - spaces
 
 
 def unknown_warning(model: Encoding, stats: dict) -> str | None:

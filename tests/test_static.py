@@ -89,6 +89,37 @@ def test_mean_rows_kernels_agree_bit_for_bit(monkeypatch):
     assert static.mean_rows(table, flat[:0], lengths[:0]).shape == (0, 300)
 
 
+def test_unknown_pieces_are_counted_from_ids_as_by_hand():
+    tokenizer = paraphrastic.load_encoder().tokenizer
+    unk, space = tokenizer.unk_id, tokenizer.sp.piece_to_id("\u2581")
+    assert tokenizer.sp.id_to_piece(space) == "\u2581"
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 6, 500)
+    flat = rng.choice([unk, space, 20, 21], size=lengths.sum())
+    by_hand = [2 * (bag == unk).sum() > (bag != space).sum() for bag in np.split(flat, np.cumsum(lengths)[:-1])]
+    assert static.unknown_in(flat, lengths, tokenizer).tolist() == by_hand and 0 < sum(by_hand) < len(by_hand)
+    assert not static.unknown_in(np.full(5, 20), np.array([2, 0, 3]), tokenizer).any()
+
+
+def test_embed_counts_every_unknown_line_from_the_ids_it_embeds(tmp_path, monkeypatch):
+    """Each line is tokenized once: the count of lines the model cannot read comes from the embedding's own ids,
+    for all the lines (it was a sample, tokenized again)."""
+    from paraphrastic.embed_sentences import embed_file
+
+    model = paraphrastic.load_encoder()
+    lines = ["a man plays a guitar", "今天天气很好", "", "the children swim"] * 250
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tokenized = []
+    encode_flat = model.tokenizer.encode_flat
+    monkeypatch.setattr(
+        model.tokenizer, "encode_flat", lambda texts, *a: tokenized.append(len(texts)) or encode_flat(texts, *a)
+    )
+    stats = embed_file(model, tmp_path / "in.txt", tmp_path / "v.npy", batch_size=300, quiet=True, workers=1)
+    assert stats["unknown_checked"] == 1000 and stats["mostly_unknown"] == 250 and sum(tokenized) == 1000
+    words = [text for text in lines if text][:30]
+    assert model.mostly_unknown(words).tolist() == [text == "今天天气很好" for text in words]
+
+
 def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tiny_model_file, tmp_path):
     lines = tmp_path / "six.txt"
     lines.write_bytes(b"A man plays a guitar.\n\nSomeone plays music.\n\xff bad byte\nlast line without newline")
