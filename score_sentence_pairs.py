@@ -13,7 +13,7 @@ import gc
 import sys
 from pathlib import Path
 
-from paraphrastic import load_encoder, ray_engine
+from paraphrastic import language, load_encoder, ray_engine
 from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
 from paraphrastic.fileio import (
     SHOWN,
@@ -29,7 +29,7 @@ from paraphrastic.fileio import (
     remove_stale_temps,
     worker_blocks,
 )
-from paraphrastic.static import model_path, tally_unknown, text_notes, use_torch_for
+from paraphrastic.static import model_path, pair_cosines, sides, text_notes, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads
 
 
@@ -101,9 +101,10 @@ def score_job(model, job: tuple) -> tuple[str, int, list[int], int, dict]:
     path, first, block, strict, skip_bad, batch_size = job
     lines, invalid = decode_raw(block_bytes(path, block), path, first, strict)
     pairs, bad = parse_pair_lines(lines, path, first, skip_bad)
-    scores = model.score_raw_text(pairs, batch_size)
     stats = {"invalid_utf8_lines": invalid}
-    tally_unknown(model, [a for a, _ in pairs] + [b for _, b in pairs], stats, sample=max(256, len(pairs) // 16))
+    texts = sides(pairs)
+    language.tally(texts, stats)
+    scores = pair_cosines(pairs, model.embed_here(texts, batch_size, stats=stats))  # unknown lines counted as embedded
     text = "".join(f"{a}\t{b}\t{s:.6f}\n" for (a, b), s in zip(pairs, scores, strict=True))
     return text, len(lines), bad, sum(s != s for s in scores) - len(bad), stats
 

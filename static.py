@@ -344,9 +344,7 @@ class Encoding:
             raise TypeError("score_raw_text takes a list of (sentence1, sentence2) pairs; for one pair pass [(a, b)]")
         if any(isinstance(p, str) or len(p) != 2 for p in pairs):
             raise TypeError("score_raw_text takes a list of (sentence1, sentence2) pairs, each two strings")
-        both = self.embed_raw_text([p[0] for p in pairs] + [p[1] for p in pairs], batch_size, pool)
-        blank = np.array([not (a.strip() and b.strip()) for a, b in pairs], dtype=bool)
-        return np.where(blank, np.nan, cosine(both[: len(pairs)], both[len(pairs) :])).tolist()
+        return pair_cosines(pairs, self.embed_raw_text(sides(pairs), batch_size, pool))
 
     def mostly_unknown(self, texts: Sequence[str]) -> np.ndarray:
         """Per text: are more than half of its pieces (a bare word-start mark aside) unknown to the model?
@@ -538,11 +536,16 @@ def first_sentence(error: Exception) -> str:
     return text.split(". ")[0].rstrip(".")
 
 
-def tally_unknown(model: Encoding, lines: Sequence[str], stats: dict, sample: int = 2048) -> None:
-    """Count, in `stats`, how many of about `sample` evenly spread lines are mostly unknown pieces, and the
-    languages other than English some of them look (checks cheap enough for every chunk of a long file)."""
-    model.count_unknown(lines, stats, sample=sample)
-    language.tally(lines, stats)
+def sides(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """The texts of pairs to embed at once: every first side, then every second side."""
+    return [a for a, _ in pairs] + [b for _, b in pairs]
+
+
+def pair_cosines(pairs: Sequence[tuple[str, str]], vectors: np.ndarray) -> list[float]:
+    """Each pair's cosine from the `vectors` of its `sides`; NaN where a side is empty or blank (there is no text
+    to compare, and the unknown-token vector of both would score 1)."""
+    blank = np.array([not (a.strip() and b.strip()) for a, b in pairs], dtype=bool)
+    return np.where(blank, np.nan, cosine(vectors[: len(pairs)], vectors[len(pairs) :])).tolist()
 
 
 def unknown_in(flat: np.ndarray, lengths: np.ndarray, tokenizer: Tokenizer) -> np.ndarray:

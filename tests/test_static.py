@@ -120,6 +120,28 @@ def test_embed_counts_every_unknown_line_from_the_ids_it_embeds(tmp_path, monkey
     assert model.mostly_unknown(words).tolist() == [text == "今天天气很好" for text in words]
 
 
+def test_score_counts_every_unknown_side_from_the_ids_it_embeds(tmp_path, monkeypatch, capsys):
+    from paraphrastic import score_sentence_pairs
+
+    (tmp_path / "pairs.tsv").write_text("a man plays a guitar\t今天天气很好\nthe kids swim\tchildren swim\n" * 500)
+    tokenized = []
+    encode_flat = static.Tokenizer.encode_flat
+    monkeypatch.setattr(
+        static.Tokenizer,
+        "encode_flat",
+        lambda self, texts, *a: tokenized.append(len(texts)) or encode_flat(self, texts, *a),
+    )
+    args = ["--sentence-pair-file", str(tmp_path / "pairs.tsv"), "--output-file", str(tmp_path / "scores.tsv")]
+    assert score_sentence_pairs.main([*args, "--threads", "1", "--quiet"]) == 0
+    assert "25.0% of the sentences checked (2000)" in capsys.readouterr().err and sum(tokenized) == 2000
+    scores = [float(line.split("\t")[2]) for line in (tmp_path / "scores.tsv").read_text().splitlines()]
+    model = paraphrastic.load_encoder()
+    assert scores[:2] == [
+        round(s, 6)
+        for s in model.score_raw_text([("a man plays a guitar", "今天天气很好"), ("the kids swim", "children swim")])
+    ]
+
+
 def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tiny_model_file, tmp_path):
     lines = tmp_path / "six.txt"
     lines.write_bytes(b"A man plays a guitar.\n\nSomeone plays music.\n\xff bad byte\nlast line without newline")
