@@ -8,9 +8,10 @@ own user and system time is read from /proc every 20 ms until it exits (its work
 the moment its workers start (the feeding, start-up aside). Then the end: the seconds from the workers' exit to the
 command's (the output is published, its fsync and rename, before they are let go). Before all, what of that fsync is
 left when the output is written at --write-rate while `fileio.flushing` syncs its pages every second or every quarter
-of one. First of the runs, the plan of the input's blocks, which the parent makes while its workers start, on one
-thread and on --threads; last, the CPU time of `model.encode`'s caller (the process that hands the workers their
-jobs) on --encode sentences (0: left out), and its seconds before the first job.
+of one. Then the CPU time of one worker's job, embed's and score's, on one thread (--jobs runs). First of the runs,
+the plan of the input's blocks, which the parent makes while its workers start, on one thread and on --threads;
+last, the CPU time of `model.encode`'s caller (the process that hands the workers their jobs) on --encode sentences
+(0: left out), and its seconds before the first job.
 """
 
 from __future__ import annotations
@@ -78,6 +79,32 @@ model.encode(lines)
 print(time.perf_counter() - wall, time.process_time() - cpu, first[0] - wall, len(lines))
 """
 
+JOBS = """
+import sys, time
+import numpy as np
+from pathlib import Path
+from paraphrastic import load_encoder, workers
+from paraphrastic.embed_sentences import embed_job
+from paraphrastic.score_sentence_pairs import score_job
+text, pairs, runs = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+workers.use_threads(1)  # as in a worker: one thread
+model = load_encoder()
+out = np.lib.format.open_memmap(sys.argv[4], mode="w+", dtype="float32", shape=(16384, model.dim))
+def block(path):  # the bytes of the first 16,384 lines, as a worker's (offset, length)
+    data = path.read_bytes()[: 16 << 20]
+    return 0, sum(map(len, data.splitlines(keepends=True)[:16384]))
+jobs = {"embed": (embed_job, (text, 1, block(text), False, 8192, sys.argv[4], 0)),
+        "score": (score_job, (pairs, 1, block(pairs), False, False, 8192))}
+for name, (job, args) in jobs.items():
+    job(model, args)
+    cpu = []
+    for _ in range(runs):
+        start = time.process_time()
+        job(model, args)
+        cpu.append(time.process_time() - start)
+    print(name, 1000 * min(cpu), 1000 * float(np.median(cpu)))
+"""
+
 
 def fsync_left(folder: Path, rate: float, seconds: float, every: float) -> float:
     """Seconds the fsync that publishes an output waits, after `seconds` of writing it at `rate` bytes/s (4 MiB
@@ -102,6 +129,7 @@ def main() -> None:
     p.add_argument("--lines", type=int, default=2_000_000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--encode", type=int, default=1_000_000, help="sentences for model.encode (0: leave it out)")
+    p.add_argument("--jobs", type=int, default=30, help="runs of one worker's job, embed's and score's (0: leave out)")
     p.add_argument("--write-rate", type=float, default=760.0,
                    help="MB/s of the output's writing for the fsync left at its end (embed on 16 cores: 760)")  # fmt: skip
     args = p.parse_args()
@@ -122,6 +150,13 @@ def main() -> None:
             "score": ["paraphrastic.score_sentence_pairs", "--sentence-pair-file", str(pairs), "--output-file",
                       f"{tmp}/s.tsv"],
         }  # fmt: skip
+        if args.jobs:
+            done = subprocess.run([sys.executable, "-c", JOBS, str(text), str(pairs), str(args.jobs), f"{tmp}/rows.npy"],
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+            for line in done.stdout.splitlines():
+                name, least, middle = line.split()
+                print(f"a worker's {name} job (16,384 lines, one thread): {float(least):.1f} ms of CPU at least, "
+                      f"{float(middle):.1f} ms the median of {args.jobs}", flush=True)  # fmt: skip
         one, many = plan_seconds(text, 1), plan_seconds(text, args.threads)
         print(f"planning the input ({args.lines:,} lines, while the workers start): {one:.3f} s on one thread, "
               f"{many:.3f} s on {args.threads}", flush=True)  # fmt: skip
