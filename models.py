@@ -261,6 +261,8 @@ class SPModel(Model):
     piece (empty, or all dropped) gets the unknown-token row.
     """
 
+    piece_ids = True
+
     def __init__(
         self,
         tokenizer: Tokenizer,
@@ -283,8 +285,6 @@ class SPModel(Model):
             f"SPModel({kind}rows={self.embedding.num_embeddings}, dim={self.dim}, "
             f"lowercase={self.tokenizer.lowercase}, pieces={len(self.tokenizer)}, device={self.device})"
         )
-
-    piece_ids = True
 
     def token_ids(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """Raw sentencepiece ids (what HDF5 shards hold); `rows_and_offsets` maps them to rows."""

@@ -104,7 +104,7 @@ def score_job(model, job: tuple) -> tuple[str, int, list[int], int, dict]:
     stats = {"invalid_utf8_lines": invalid}
     texts = sides(pairs)
     language.tally(texts, stats)
-    scores = pair_cosines(pairs, model.embed_here(texts, batch_size, stats=stats))  # unknown lines counted as embedded
+    scores = pair_cosines(pairs, model.embed_here(texts, batch_size, stats=stats))  # unknown pieces counted there
     text = "".join(f"{a}\t{b}\t{s:.6f}\n" for (a, b), s in zip(pairs, scores, strict=True))
     return text, len(lines), bad, sum(s != s for s in scores) - len(bad), stats
 
