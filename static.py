@@ -38,6 +38,7 @@ JOB_TEXTS = 8192  # texts in one worker's job (and at most JOB_BYTES characters)
 SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
 SHM_DIR = Path("/dev/shm")  # memory-backed files, where the system has them
 SHARED_ROWS = "paraphrastic-rows"  # name of the shared-memory files of encode's workers: NAME.PID.XXXXXXXX.npy
+UNKNOWN_SHARE = 0.01  # the share of mostly unknown lines from which a run warns that their scores mean little
 TORCH_FROM = 2_000_000  # texts a process pools before torch's faster kernel has repaid its import (bench_pooling.py)
 SP_FILE = "sentencepiece.model"  # an exported folder's copy of the sentencepiece model
 CHECKED = ("model.safetensors", "tokenizer.json", SP_FILE)  # the files whose checksums config.json records
@@ -564,9 +565,10 @@ def unknown_in(flat: np.ndarray, lengths: np.ndarray, tokenizer: Tokenizer) -> n
 
 
 def unknown_warning(model: Encoding, stats: dict) -> str | None:
-    """The run's one warning about lines the model cannot read (another script or language), or None."""
+    """The run's one warning about lines the model cannot read (another script or language), or None when they are
+    fewer than UNKNOWN_SHARE of those checked (a stray line of emoji in a corpus is no reason to doubt the run)."""
     share = stats.get("mostly_unknown", 0) / max(stats.get("unknown_checked", 0), 1)
-    if not share:
+    if share < UNKNOWN_SHARE:
         return None
     if model.tokenizers[0].kind != "sp":  # a vocabulary counted on the training text: its gaps are not languages
         hint = (

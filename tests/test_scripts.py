@@ -239,6 +239,10 @@ def test_the_unknown_text_warning_fits_the_model(sp_bytes):
     english = models.SPModel(tokenizer, torch.zeros(len(tokenizer), 4))
     stats = {"mostly_unknown": 3, "unknown_checked": 10}
     assert "use --load-file multilingual" in static.unknown_warning(english, stats)
+    assert "1.0% of the sentences checked" in static.unknown_warning(
+        english, {"mostly_unknown": 10, "unknown_checked": 1000}
+    )
+    assert static.unknown_warning(english, {"mostly_unknown": 9, "unknown_checked": 1000}) is None  # a stray line
     words = encoders.WordTokenizer(["<unk>", "a", "man"], lowercase=True)
     word_model = models.Model([words], ["mean"], torch.zeros(len(words), 4))
     note = static.unknown_warning(word_model, stats)
