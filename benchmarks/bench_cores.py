@@ -6,18 +6,20 @@ For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `par
 on --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score
 --threads N` on as many pairs, and `model.encode` on --encode sentences with N workers; beside them the limit
 N x (sentencepiece alone on one thread, same lines), N processes of sentencepiece alone at once (what the
-machine's cores really give it), the fraction of the limit reached, and the speed-up over N = 1,
-each the median of --repeats rounds, and the disk's own limit (writing and syncing the output's bytes, at most
-2 GiB). Then the start-up (the whole command on the 10-line example) and the peak anonymous memory (Pss_Anon of
-the command and its workers, the output's file pages aside) of `paraphrastic-embed` on each --memory size. The
-lines are the fixed English sentence sample of ../shared/data, repeated to the size asked (or --text's lines, on
-a machine without ../shared/data). --startup-only prints the start-up alone, and each console command's --help
-beside it.
+machine's cores really give it), N processes of a worker's own work at once (sentencepiece, pooling, the rows: what
+the cores give the whole job), the fraction of the limit reached, and the speed-up over N = 1, each the median of
+--repeats rounds (and each round's own speed-up of the most workers), and the disk's own limit (writing and
+syncing the output's bytes, at most 2 GiB). --skip-embed and --skip-score leave those commands out. Then the
+start-up (the whole command on the 10-line example) and the peak anonymous memory (Pss_Anon of the command and its
+workers, the output's file pages aside) of `paraphrastic-embed` on each --memory size. The lines are the fixed
+English sentence sample of ../shared/data, repeated to the size asked (or --text's lines, on a machine without
+../shared/data). --startup-only prints the start-up alone, and each console command's --help beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import statistics
@@ -31,6 +33,7 @@ import numpy as np
 from common import ROOT, children, cpu_name, english_sentences, machine_header
 
 import paraphrastic
+from paraphrastic import static, workers
 
 BIN = Path(sys.executable).parent
 
@@ -98,25 +101,48 @@ def sentencepiece_alone(lines: list[str], threads: int = 1) -> float:
     return len(sample) / tokenize_seconds(paraphrastic.load_encoder().tokenizer, sample, threads)
 
 
-_AT_ONCE: tuple = ()  # (tokenizer, lines, barrier) for the forked processes of sentencepiece_processes
+_AT_ONCE: tuple = ()  # (work, barrier) for the forked processes of processes_rate
 
 
-def _tokenize_at_once(_: int) -> float:
-    tokenizer, sample, barrier = _AT_ONCE
+def _timed_at_once(_: int) -> float:
+    work, barrier = _AT_ONCE
     barrier.wait()  # every process starts together, so none runs on a core left idle
-    return tokenize_seconds(tokenizer, sample)
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def processes_rate(work, texts: int, n: int) -> float:
+    """Texts/s of `n` forked processes each running `work` (over `texts` texts) alone, all at once: what n cores
+    of this machine give that work (shared caches and memory, SMT siblings, clocks), where n x one is the ideal."""
+    global _AT_ONCE
+    fork = multiprocessing.get_context("fork")
+    _AT_ONCE = (work, fork.Barrier(n))
+    with fork.Pool(n) as pool:
+        seconds = pool.map(_timed_at_once, range(n), chunksize=1)
+    return n * texts / max(seconds)
 
 
 def sentencepiece_processes(lines: list[str], n: int) -> float:
-    """Sentences/s of `n` processes, each running the shipped model's sentencepiece alone on the same lines, all at
-    once: what n cores of this machine give the tokenizer (shared caches and memory, SMT siblings, clocks), the
-    ceiling of n workers, where N x one thread is the ideal."""
-    global _AT_ONCE
-    fork = multiprocessing.get_context("fork")
-    _AT_ONCE = (paraphrastic.load_encoder().tokenizer, lines[:200_000], fork.Barrier(n))
-    with fork.Pool(n) as pool:
-        seconds = pool.map(_tokenize_at_once, range(n), chunksize=1)
-    return n * len(_AT_ONCE[1]) / max(seconds)
+    """Sentences/s of `n` processes of the shipped model's sentencepiece alone on the same lines, all at once: the
+    ceiling of n workers."""
+    sample = lines[:200_000]
+    return processes_rate(functools.partial(tokenize_seconds, paraphrastic.load_encoder().tokenizer, sample),
+                          len(sample), n)  # fmt: skip
+
+
+def _embed_alone(model, sample: list[str]) -> None:
+    workers.use_threads(1)  # as a worker: one thread, one job's texts at a time
+    for at in range(0, len(sample), static.JOB_TEXTS):
+        model.embed_here(sample[at : at + static.JOB_TEXTS])
+
+
+def job_processes(lines: list[str], n: int) -> float:
+    """Sentences/s of `n` processes each embedding the same lines in itself (a worker's own work: sentencepiece,
+    pooling, the rows), all at once: beside sentencepiece_processes, what the pooling loses as cores are added."""
+    sample, model = lines[:200_000], paraphrastic.load_encoder()
+    model.warm_up()  # scipy's kernel is loaded before the fork, as in the workers
+    return processes_rate(functools.partial(_embed_alone, model, sample), len(sample), n)
 
 
 def disk_rate(folder: Path, size: int) -> float:
@@ -153,8 +179,10 @@ def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     mounted with discard), a cost of the old file, not of this run."""
     for old in (tmp / "out.npy", tmp / "out.tsv"):
         old.unlink(missing_ok=True)
-    embed_s, _, parts = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
-                               str(tmp / "out.npy"), "--threads", str(n), "--quiet"])  # fmt: skip
+    embed_s, parts = float("nan"), None
+    if not args.skip_embed:
+        embed_s, _, parts = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(text), "--output-file",
+                                   str(tmp / "out.npy"), "--threads", str(n), "--quiet"])  # fmt: skip
     score_s = float("nan") if args.skip_score else timed(
         [str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
          str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])[0]  # fmt: skip
@@ -199,6 +227,7 @@ def main() -> None:
     p.add_argument("--text", type=Path, help="take the lines from this file instead (a machine without the data)")
     p.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)), help="largest worker count")
     p.add_argument("--skip-score", action="store_true", help="leave out paraphrastic-score (a shorter run)")
+    p.add_argument("--skip-embed", action="store_true", help="leave out paraphrastic-embed (model.encode alone)")
     p.add_argument("--counts", help="worker counts to run, comma-separated (default 1, 2, 4, ... up to --cores)")
     p.add_argument("--repeats", type=int, default=3, help="rounds of all worker counts; medians are printed")
     p.add_argument("--startup-only", action="store_true", help="print the start-up figures alone")
@@ -233,28 +262,35 @@ def main() -> None:
               "the median of the rounds' own ratios to 1 worker\n")  # fmt: skip
         print(
             "| workers | embed CLI (sent/s) | score CLI (pairs/s) | model.encode (sent/s) | limit N x sentencepiece "
-            "| sentencepiece in N processes | embed / limit | embed speed-up | score speed-up | encode speed-up |"
+            "| sentencepiece in N processes | a worker's job in N processes | embed / limit | embed speed-up "
+            "| score speed-up | encode speed-up |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        at_once = {n: sentencepiece_processes(lines, n) for n in sorted({1, *counts})}
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        alone = {n: sentencepiece_processes(lines, n) for n in sorted({1, *counts})}
+        jobs = {n: job_processes(lines, n) for n in sorted({1, *counts})}
         for n in counts:
             rates = [statistics.median(r[n][k] for r in rounds) for k in range(3)]
             ups = " | ".join(f"{statistics.median(r[n][k] / r[counts[0]][k] for r in rounds):.2f}x" for k in range(3))
             limit = n * single
-            print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} | {at_once[n]:,.0f} "
-                  f"({at_once[n] / at_once[1]:.1f}x) | {rates[0] / limit:.0%} | {ups} |", flush=True)  # fmt: skip
-        print("\nembed's run in parts (medians, seconds): before its workers start (start-up), with them (planning the "
-              "input as they start, the rows, publishing the output), after they end\n\n| workers | before | with "
-              "workers | after |\n"
-              "|---|---|---|---|")  # fmt: skip
-        for n in counts:
-            parts = [r[n][3] for r in rounds if r[n][3]]
-            if parts:
-                before, after = (statistics.median(part[k] for part in parts) for k in range(2))
-                working = statistics.median(args.lines / r[n][0] for r in rounds) - before - after
-                print(f"| {n} | {before:.2f} | {working:.2f} | {after:.2f} |")
-            else:
-                print(f"| {n} | (one process: no workers) | | |")
+            print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} | {alone[n]:,.0f} "
+                  f"({alone[n] / alone[1]:.1f}x) | {jobs[n]:,.0f} ({jobs[n] / jobs[1]:.1f}x) | {rates[0] / limit:.0%} "
+                  f"| {ups} |", flush=True)  # fmt: skip
+        for k, name in enumerate(("embed", "score", "encode")):
+            each = [r[counts[-1]][k] / r[counts[0]][k] for r in rounds]
+            if not np.isnan(each).any():
+                print(f"{name} speed-up of {counts[-1]} workers, each round: {', '.join(f'{x:.2f}x' for x in each)}")
+        if not args.skip_embed:
+            print("\nembed's run in parts (medians, seconds): before its workers start (start-up), with them "
+                  "(planning the input as they start, the rows, publishing the output), after they end\n\n"
+                  "| workers | before | with workers | after |\n|---|---|---|---|")  # fmt: skip
+            for n in counts:
+                parts = [r[n][3] for r in rounds if r[n][3]]
+                if parts:
+                    before, after = (statistics.median(part[k] for part in parts) for k in range(2))
+                    working = statistics.median(args.lines / r[n][0] for r in rounds) - before - after
+                    print(f"| {n} | {before:.2f} | {working:.2f} | {after:.2f} |")
+                else:
+                    print(f"| {n} | (one process: no workers) | | |")
         print(f"\nstart-up: {startup(tmp, args.startup_runs)}")
         sizes = [int(size) for size in args.memory.split(",") if size]
         if sizes:
