@@ -6,14 +6,15 @@ For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `par
 on --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score
 --threads N` on as many pairs, and `model.encode` on --encode sentences with N workers; beside them the limit
 N x (sentencepiece alone on one thread, same lines), N processes of sentencepiece alone at once (what the
-machine's cores really give it), N processes of a worker's own work at once (sentencepiece, pooling, the rows: what
-the cores give the whole job), the fraction of the limit reached, and the speed-up over N = 1, each the median of
---repeats rounds (and each round's own speed-up of the most workers), and the disk's own limit (writing and
-syncing the output's bytes, at most 2 GiB). --skip-embed and --skip-score leave those commands out. Then the
-start-up (the whole command on the 10-line example) and the peak anonymous memory (Pss_Anon of the command and its
-workers, the output's file pages aside) of `paraphrastic-embed` on each --memory size. The lines are the fixed
-English sentence sample of ../shared/data, repeated to the size asked (or --text's lines, on a machine without
-../shared/data). --startup-only prints the start-up alone, and each console command's --help beside it.
+machine's cores really give it), the fraction of the limit reached, and the speed-up over N = 1, each the
+median of --repeats rounds (and each round's own speed-up of the most workers), and the disk's own limit (writing
+and syncing the output's bytes, at most 2 GiB). Then N processes of a worker's own work at once (sentencepiece,
+pooling, the rows: what the cores give the whole job), its rows kept, written into one shared file as the workers
+write them, or written through a shared mapping of it. Then the start-up (the whole command on the 10-line
+example) and the peak anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of
+`paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of ../shared/data,
+repeated to the size asked (or --text's lines, on a machine without ../shared/data). --skip-embed and --skip-score
+leave those commands out; --startup-only prints the start-up alone, and each console command's --help beside it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import numpy as np
 from common import ROOT, children, cpu_name, english_sentences, machine_header
 
 import paraphrastic
-from paraphrastic import static, workers
+from paraphrastic import fileio, static, workers
 
 BIN = Path(sys.executable).parent
 
@@ -104,17 +105,18 @@ def sentencepiece_alone(lines: list[str], threads: int = 1) -> float:
 _AT_ONCE: tuple = ()  # (work, barrier) for the forked processes of processes_rate
 
 
-def _timed_at_once(_: int) -> float:
+def _timed_at_once(k: int) -> float:
     work, barrier = _AT_ONCE
     barrier.wait()  # every process starts together, so none runs on a core left idle
     start = time.perf_counter()
-    work()
+    work(k)
     return time.perf_counter() - start
 
 
 def processes_rate(work, texts: int, n: int) -> float:
-    """Texts/s of `n` forked processes each running `work` (over `texts` texts) alone, all at once: what n cores
-    of this machine give that work (shared caches and memory, SMT siblings, clocks), where n x one is the ideal."""
+    """Texts/s of `n` forked processes running work(k), k = 0..n-1, over `texts` texts each, all at once: what n
+    cores of this machine give that work (shared caches and memory, SMT siblings, clocks), where n x one is the
+    ideal."""
     global _AT_ONCE
     fork = multiprocessing.get_context("fork")
     _AT_ONCE = (work, fork.Barrier(n))
@@ -126,23 +128,38 @@ def processes_rate(work, texts: int, n: int) -> float:
 def sentencepiece_processes(lines: list[str], n: int) -> float:
     """Sentences/s of `n` processes of the shipped model's sentencepiece alone on the same lines, all at once: the
     ceiling of n workers."""
-    sample = lines[:200_000]
-    return processes_rate(functools.partial(tokenize_seconds, paraphrastic.load_encoder().tokenizer, sample),
-                          len(sample), n)  # fmt: skip
+    tokenizer, sample = paraphrastic.load_encoder().tokenizer, lines[:200_000]
+    return processes_rate(lambda _: tokenize_seconds(tokenizer, sample), len(sample), n)
 
 
-def _embed_alone(model, sample: list[str]) -> None:
-    workers.use_threads(1)  # as a worker: one thread, one job's texts at a time
+WRITES = ("kept in its own memory", "written into one shared file (pwrite, as the workers do)",
+          "written through a shared mapping of that file")  # fmt: skip
+
+
+def _embed_alone(model, sample: list[str], write: int, out: tuple, k: int) -> None:
+    """As a worker, on one thread: embed `sample` one job's texts at a time, its rows at this process's place in
+    the shared .npy `out` (path, array) as WRITES[write] says."""
+    workers.use_threads(1)
     for at in range(0, len(sample), static.JOB_TEXTS):
-        model.embed_here(sample[at : at + static.JOB_TEXTS])
+        rows = model.embed_here(sample[at : at + static.JOB_TEXTS])
+        row = k * len(sample) + at
+        if write == 1:
+            fileio.write_npy_rows(out[0], row, rows)
+        elif write == 2:
+            out[1][row : row + len(rows)] = rows
 
 
-def job_processes(lines: list[str], n: int) -> float:
-    """Sentences/s of `n` processes each embedding the same lines in itself (a worker's own work: sentencepiece,
-    pooling, the rows), all at once: beside sentencepiece_processes, what the pooling loses as cores are added."""
+def job_processes(lines: list[str], n: int) -> list[float]:
+    """Sentences/s of `n` processes each embedding the same lines in itself, all at once (a worker's own work:
+    sentencepiece, pooling, the rows), once for each way of WRITES: beside sentencepiece_processes, what the
+    pooling and the shared output lose as cores are added."""
     sample, model = lines[:200_000], paraphrastic.load_encoder()
     model.warm_up()  # scipy's kernel is loaded before the fork, as in the workers
-    return processes_rate(functools.partial(_embed_alone, model, sample), len(sample), n)
+    rates = []
+    for write in range(len(WRITES)):
+        with static.shared_rows(n * len(sample), model.dim) as out:
+            rates.append(processes_rate(functools.partial(_embed_alone, model, sample, write, out), len(sample), n))
+    return rates
 
 
 def disk_rate(folder: Path, size: int) -> float:
@@ -262,23 +279,28 @@ def main() -> None:
               "the median of the rounds' own ratios to 1 worker\n")  # fmt: skip
         print(
             "| workers | embed CLI (sent/s) | score CLI (pairs/s) | model.encode (sent/s) | limit N x sentencepiece "
-            "| sentencepiece in N processes | a worker's job in N processes | embed / limit | embed speed-up "
-            "| score speed-up | encode speed-up |"
+            "| sentencepiece in N processes | embed / limit | embed speed-up | score speed-up | encode speed-up |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
-        alone = {n: sentencepiece_processes(lines, n) for n in sorted({1, *counts})}
-        jobs = {n: job_processes(lines, n) for n in sorted({1, *counts})}
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        at_once = {n: sentencepiece_processes(lines, n) for n in sorted({1, *counts})}
         for n in counts:
             rates = [statistics.median(r[n][k] for r in rounds) for k in range(3)]
             ups = " | ".join(f"{statistics.median(r[n][k] / r[counts[0]][k] for r in rounds):.2f}x" for k in range(3))
             limit = n * single
-            print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} | {alone[n]:,.0f} "
-                  f"({alone[n] / alone[1]:.1f}x) | {jobs[n]:,.0f} ({jobs[n] / jobs[1]:.1f}x) | {rates[0] / limit:.0%} "
-                  f"| {ups} |", flush=True)  # fmt: skip
+            print(f"| {n} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[2]:,.0f} | {limit:,.0f} | {at_once[n]:,.0f} "
+                  f"({at_once[n] / at_once[1]:.1f}x) | {rates[0] / limit:.0%} | {ups} |", flush=True)  # fmt: skip
         for k, name in enumerate(("embed", "score", "encode")):
             each = [r[counts[-1]][k] / r[counts[0]][k] for r in rounds]
             if not np.isnan(each).any():
                 print(f"{name} speed-up of {counts[-1]} workers, each round: {', '.join(f'{x:.2f}x' for x in each)}")
+        ways = ", ".join(f"({k + 1}) {way}" for k, way in enumerate(WRITES))
+        print(
+            f"\na worker's own job in N processes at once (sentences/s; {min(len(lines), 200_000):,} lines each, "
+            f"one job's texts at a time), its rows {ways}:\n\n| workers | (1) | (2) | (3) |\n|---|---|---|---|"
+        )
+        jobs = {n: job_processes(lines, n) for n in sorted({1, *counts})}
+        for n in counts:
+            print(f"| {n} | " + " | ".join(f"{x:,.0f} ({x / jobs[1][k]:.1f}x)" for k, x in enumerate(jobs[n])) + " |")
         if not args.skip_embed:
             print("\nembed's run in parts (medians, seconds): before its workers start (start-up), with them "
                   "(planning the input as they start, the rows, publishing the output), after they end\n\n"
