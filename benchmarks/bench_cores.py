@@ -10,11 +10,12 @@ machine's cores really give it), the fraction of the limit reached, and the spee
 median of --repeats rounds (and each round's own speed-up of the most workers), and the disk's own limit (writing
 and syncing the output's bytes, at most 2 GiB). Then N processes of a worker's own work at once (sentencepiece,
 pooling, the rows: what the cores give the whole job), its rows kept, written into one shared file as the workers
-write them, or written through a shared mapping of it. Then the start-up (the whole command on the 10-line
-example) and the peak anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of
-`paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of ../shared/data,
-repeated to the size asked (or --text's lines, on a machine without ../shared/data). --skip-embed and --skip-score
-leave those commands out; --startup-only prints the start-up alone, and each console command's --help beside it.
+write them, or written through a shared mapping of it, and kept with a smaller batch. Then the start-up (the whole
+command on the 10-line example) and the peak anonymous memory (Pss_Anon of the command and its workers, the
+output's file pages aside) of `paraphrastic-embed` on each --memory size. The lines are the fixed English sentence
+sample of ../shared/data, repeated to the size asked (or --text's lines, on a machine without ../shared/data).
+--skip-embed and --skip-score leave those commands out; --startup-only prints the start-up alone, and each console
+command's --help beside it.
 """
 
 from __future__ import annotations
@@ -132,33 +133,33 @@ def sentencepiece_processes(lines: list[str], n: int) -> float:
     return processes_rate(lambda _: tokenize_seconds(tokenizer, sample), len(sample), n)
 
 
-WRITES = ("kept in its own memory", "written into one shared file (pwrite, as the workers do)",
-          "written through a shared mapping of that file")  # fmt: skip
+WAYS = ("kept in its own memory", "written into one shared file (pwrite, as the workers do)",
+        "written through a shared mapping of that file", "kept, embedded 1,024 texts a batch (not 8,192)")  # fmt: skip
 
 
-def _embed_alone(model, sample: list[str], write: int, out: tuple, k: int) -> None:
+def _embed_alone(model, sample: list[str], way: int, out: tuple, k: int) -> None:
     """As a worker, on one thread: embed `sample` one job's texts at a time, its rows at this process's place in
-    the shared .npy `out` (path, array) as WRITES[write] says."""
+    the shared .npy `out` (path, array) as WAYS[way] says."""
     workers.use_threads(1)
     for at in range(0, len(sample), static.JOB_TEXTS):
-        rows = model.embed_here(sample[at : at + static.JOB_TEXTS])
+        rows = model.embed_here(sample[at : at + static.JOB_TEXTS], 1024 if way == 3 else 8192)
         row = k * len(sample) + at
-        if write == 1:
+        if way == 1:
             fileio.write_npy_rows(out[0], row, rows)
-        elif write == 2:
+        elif way == 2:
             out[1][row : row + len(rows)] = rows
 
 
 def job_processes(lines: list[str], n: int) -> list[float]:
     """Sentences/s of `n` processes each embedding the same lines in itself, all at once (a worker's own work:
-    sentencepiece, pooling, the rows), once for each way of WRITES: beside sentencepiece_processes, what the
-    pooling and the shared output lose as cores are added."""
+    sentencepiece, pooling, the rows), once for each of WAYS: beside sentencepiece_processes, what the pooling,
+    the shared output and the batch's memory lose as cores are added."""
     sample, model = lines[:200_000], paraphrastic.load_encoder()
     model.warm_up()  # scipy's kernel is loaded before the fork, as in the workers
     rates = []
-    for write in range(len(WRITES)):
+    for way in range(len(WAYS)):
         with static.shared_rows(n * len(sample), model.dim) as out:
-            rates.append(processes_rate(functools.partial(_embed_alone, model, sample, write, out), len(sample), n))
+            rates.append(processes_rate(functools.partial(_embed_alone, model, sample, way, out), len(sample), n))
     return rates
 
 
@@ -293,11 +294,10 @@ def main() -> None:
             each = [r[counts[-1]][k] / r[counts[0]][k] for r in rounds]
             if not np.isnan(each).any():
                 print(f"{name} speed-up of {counts[-1]} workers, each round: {', '.join(f'{x:.2f}x' for x in each)}")
-        ways = ", ".join(f"({k + 1}) {way}" for k, way in enumerate(WRITES))
-        print(
-            f"\na worker's own job in N processes at once (sentences/s; {min(len(lines), 200_000):,} lines each, "
-            f"one job's texts at a time), its rows {ways}:\n\n| workers | (1) | (2) | (3) |\n|---|---|---|---|"
-        )
+        ways = ", ".join(f"({k + 1}) {way}" for k, way in enumerate(WAYS))
+        print(f"\na worker's own job in N processes at once (sentences/s; {min(len(lines), 200_000):,} lines each, "
+              f"one job's texts at a time), its rows {ways}:\n\n| workers | "
+              + " | ".join(f"({k + 1})" for k in range(len(WAYS))) + " |\n|---|" + "---|" * len(WAYS))  # fmt: skip
         jobs = {n: job_processes(lines, n) for n in sorted({1, *counts})}
         for n in counts:
             print(f"| {n} | " + " | ".join(f"{x:,.0f} ({x / jobs[1][k]:.1f}x)" for k, x in enumerate(jobs[n])) + " |")
