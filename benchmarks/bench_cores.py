@@ -35,7 +35,7 @@ import numpy as np
 from common import ROOT, children, cpu_name, english_sentences, machine_header
 
 import paraphrastic
-from paraphrastic import fileio, static, workers
+from paraphrastic import fileio, models, static, workers
 
 BIN = Path(sys.executable).parent
 
@@ -151,11 +151,11 @@ def _embed_alone(model, sample: list[str], way: int, out: tuple, k: int) -> None
 
 
 def job_processes(lines: list[str], n: int) -> list[float]:
-    """Sentences/s of `n` processes each embedding the same lines in itself, all at once (a worker's own work:
-    sentencepiece, pooling, the rows), once for each of WAYS: beside sentencepiece_processes, what the pooling,
-    the shared output and the batch's memory lose as cores are added."""
-    sample, model = lines[:200_000], paraphrastic.load_encoder()
-    model.warm_up()  # scipy's kernel is loaded before the fork, as in the workers
+    """Sentences/s of `n` processes each embedding the same lines in itself with the model `model.encode` is timed
+    on, all at once (a worker's own work: sentencepiece, pooling, the rows), once for each of WAYS: beside
+    sentencepiece_processes, what the pooling, the shared output and the batch's memory lose as cores are added."""
+    sample, model = lines[:200_000], models.load_model()
+    model.warm_up()  # what a first embedding loads is loaded before the fork, as in the workers
     rates = []
     for way in range(len(WAYS)):
         with static.shared_rows(n * len(sample), model.dim) as out:
@@ -292,7 +292,7 @@ def main() -> None:
                   f"({at_once[n] / at_once[1]:.1f}x) | {rates[0] / limit:.0%} | {ups} |", flush=True)  # fmt: skip
         for k, name in enumerate(("embed", "score", "encode")):
             each = [r[counts[-1]][k] / r[counts[0]][k] for r in rounds]
-            if not np.isnan(each).any():
+            if len(counts) > 1 and not np.isnan(each).any():
                 print(f"{name} speed-up of {counts[-1]} workers, each round: {', '.join(f'{x:.2f}x' for x in each)}")
         ways = ", ".join(f"({k + 1}) {way}" for k, way in enumerate(WAYS))
         print(f"\na worker's own job in N processes at once (sentences/s; {min(len(lines), 200_000):,} lines each, "
