@@ -2,20 +2,21 @@
 
     python benchmarks/bench_cores.py [--lines 2000000] [--encode 1000000] [--memory 100000,5000000]
 
-For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `paraphrastic-embed --threads N`
-on --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score
---threads N` on as many pairs, and `model.encode` on --encode sentences with N workers; beside them the limit
-N x (sentencepiece alone on one thread, same lines), N processes of sentencepiece alone at once (what the
-machine's cores really give it), the fraction of the limit reached, and the speed-up over N = 1, each the
-median of --repeats rounds (and each round's own speed-up of the most workers), and the disk's own limit (writing
-and syncing the output's bytes, at most 2 GiB). Then N processes of a worker's own work at once (sentencepiece,
-pooling, the rows: what the cores give the whole job), its rows kept, written into one shared file as the workers
-write them, or written through a shared mapping of it, and kept with a smaller batch. Then the start-up (the whole
-command on the 10-line example) and the peak anonymous memory (Pss_Anon of the command and its workers, the
-output's file pages aside) of `paraphrastic-embed` on each --memory size. The lines are the fixed English sentence
-sample of ../shared/data, repeated to the size asked (or --text's lines, on a machine without ../shared/data).
---skip-embed and --skip-score leave those commands out; --startup-only prints the start-up alone, and each console
-command's --help beside it.
+For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `paraphrastic-embed --threads N` on
+--lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score --threads
+N` on as many pairs, and `model.encode` on --encode sentences with N workers; beside them the limit N x
+(sentencepiece alone on one thread, same lines), N processes of sentencepiece alone at once (what the machine's
+cores really give it), the fraction of the limit reached, and the speed-up over N = 1, each the median of --repeats
+rounds (and each round's own speed-up of the most workers), and the disk's own limit (writing and syncing the
+output's bytes, at most 2 GiB). Then N processes of a worker's own work at once (sentencepiece, pooling, the rows:
+what the cores give the whole job), its rows kept, written into one shared file as the workers write them, or
+written through a shared mapping of it, and kept with a smaller batch; and N processes writing blocks in /dev/shm at
+once, into one file or files of their own, with pwrite or through a mapping. Then the start-up (the whole command on
+the 10-line example) and the peak anonymous memory (Pss_Anon of the command and its workers, the output's file pages
+aside) of `paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of
+../shared/data, repeated to the size asked (or --text's lines, on a machine without ../shared/data). --skip-embed
+and --skip-score leave those commands out; --startup-only prints the start-up alone, and each console command's
+--help beside it.
 """
 
 from __future__ import annotations
@@ -163,6 +164,41 @@ def job_processes(lines: list[str], n: int) -> list[float]:
     return rates
 
 
+BLOCK = 8 << 20  # bytes a job of 8,192 rows of 256 floats writes
+
+
+def _write_blocks(paths: list[Path], blocks: int, mapped: bool, k: int) -> None:
+    """Write `blocks` blocks at this process's place in its file (paths[k]), with pwrite or through a mapping."""
+    data, at = np.frombuffer(os.urandom(BLOCK), dtype=np.uint8), k * blocks * BLOCK
+    with open(paths[k], "r+b") as f:
+        if mapped:
+            view = np.memmap(f, dtype=np.uint8, mode="r+")
+            for i in range(blocks):
+                view[at + i * BLOCK : at + (i + 1) * BLOCK] = data
+        else:
+            for i in range(blocks):
+                os.pwrite(f.fileno(), data, at + i * BLOCK)
+
+
+def write_rates(n: int, blocks: int = 25) -> list[float]:
+    """Bytes/s of `n` processes at once each writing `blocks` blocks of BLOCK bytes in /dev/shm (where the
+    workers' shared rows go): into one shared file with pwrite, into it through a shared mapping, and into files
+    of their own with pwrite. A write holds its file's lock, so the first is what one file lets through."""
+    folder = static.SHM_DIR if static.SHM_DIR.is_dir() else Path(tempfile.gettempdir())
+    rates = []
+    for own, mapped in ((False, False), (False, True), (True, False)):
+        paths = [folder / f"bench-cores-{os.getpid()}-{k if own else 0}" for k in range(n)]
+        try:
+            for path in set(paths):
+                with open(path, "wb") as f:
+                    f.truncate(n * blocks * BLOCK)
+            rates.append(processes_rate(functools.partial(_write_blocks, paths, blocks, mapped), blocks * BLOCK, n))
+        finally:
+            for path in set(paths):
+                path.unlink(missing_ok=True)
+    return rates
+
+
 def disk_rate(folder: Path, size: int) -> float:
     """Bytes/s of writing `size` bytes to a new file in `folder` and syncing them, as embed writes its output: the
     end-to-end limit whatever the cores (embed's output must be on disk before it is published)."""
@@ -301,6 +337,11 @@ def main() -> None:
         jobs = {n: job_processes(lines, n) for n in sorted({1, *counts})}
         for n in counts:
             print(f"| {n} | " + " | ".join(f"{x:,.0f} ({x / jobs[1][k]:.1f}x)" for k, x in enumerate(jobs[n])) + " |")
+        print("\nN processes at once writing 8 MiB blocks in /dev/shm (GB/s): (a) into one shared file with pwrite, "
+              "(b) into it through a shared mapping, (c) into files of their own with pwrite\n\n"
+              "| processes | (a) | (b) | (c) |\n|---|---|---|---|")  # fmt: skip
+        for n in sorted({1, *counts}):
+            print(f"| {n} | " + " | ".join(f"{x / 1e9:.2f}" for x in write_rates(n)) + " |")
         if not args.skip_embed:
             print("\nembed's run in parts (medians, seconds): before its workers start (start-up), with them "
                   "(planning the input as they start, the rows, publishing the output), after they end\n\n"
