@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import ROOT, children, cpu_name, english_sentences, machine_header
+from common import ROOT, children, cpu_name, english_sentences, machine_header, write_repeated
 
 import paraphrastic
 from paraphrastic import fileio, models, static, workers
@@ -44,9 +44,7 @@ BIN = Path(sys.executable).parent
 def write_lines(path: Path, n: int, source: Path | None = None) -> list[str]:
     """`n` lines of the fixed English sample (or of `source`'s lines), repeated as needed, written to `path`."""
     sentences = source.read_text(encoding="utf-8").splitlines() if source else english_sentences()
-    lines = [sentences[i % len(sentences)] for i in range(n)]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return lines
+    return write_repeated(path, sentences, n)
 
 
 def core_counts(cores: int) -> list[int]:

@@ -26,7 +26,7 @@ import time
 from inspect import signature
 from pathlib import Path
 
-from common import ROOT, children, english_sentences, machine_header
+from common import ROOT, children, english_sentences, machine_header, write_repeated
 
 from paraphrastic import fileio
 from paraphrastic.fileio import line_plan
@@ -142,8 +142,7 @@ def main() -> None:
     sentences = english_sentences()
     with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
         text, pairs = Path(tmp) / "lines.txt", Path(tmp) / "pairs.txt"
-        lines = [sentences[i % len(sentences)] for i in range(args.lines)]
-        text.write_text("".join(line + "\n" for line in lines))
+        lines = write_repeated(text, sentences, args.lines)
         pairs.write_text("".join(f"{a}\t{b}\n" for a, b in zip(lines, lines[1:] + lines[:1], strict=True)))
         runs = {
             "embed": ["paraphrastic.embed_sentences", "--sentence-file", str(text), "--output-file", f"{tmp}/v.npy"],

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from bench_train import BATCH, DIM, mining_bound, word_sentencepiece, write_synthetic_shard
-from common import ROOT, machine_header
+from common import ROOT, machine_header, write_repeated
 
 BIN = Path(sys.executable).parent
 PARTS = ("train", "resume", "cores", "profile", "equal", "embed", "teacher")  # all together take over 10 minutes
@@ -335,7 +335,7 @@ def main() -> None:
                 lines = folder / "lines.txt"
                 sentences = args.data.joinpath("lines.txt").read_text(encoding="utf-8").splitlines()
                 count = args.embed_lines if full else 5_000
-                lines.write_text("".join(sentences[i % len(sentences)] + "\n" for i in range(count)), encoding="utf-8")
+                write_repeated(lines, sentences, count)
                 section("paraphrastic-embed, the shipped English model:", embed_rates, folder, lines, device, cores)
             elif part == "teacher":
                 section("a teacher's forward pass:", teacher_rate, device, *((20_000, 6) if full else (16, 1)))

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, children, english_sentences, machine_header
+from common import ROOT, children, english_sentences, machine_header, write_repeated
 
 BIN = Path(sys.executable).parent
 
@@ -76,7 +76,7 @@ def main() -> None:
         tmp = Path(tmp)
         long, short = tmp / "long.txt", tmp / "short.txt"
         write_long_lines(long, args.long_lines, args.line_mib, sentences)
-        short.write_text("".join(sentences[i % len(sentences)] + "\n" for i in range(args.short_lines)))
+        write_repeated(short, sentences, args.short_lines)
         for name, text in (
             (f"{args.long_lines} lines of {args.line_mib} MiB", long),
             (f"{args.short_lines:,} short lines", short),

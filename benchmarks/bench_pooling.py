@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, english_sentences, machine_header
+from common import ROOT, english_sentences, machine_header, write_repeated
 
 from paraphrastic import static
 
@@ -84,7 +84,7 @@ def main() -> None:
               f"command's import also delays its workers' start); TORCH_FROM is {static.TORCH_FROM:,}")  # fmt: skip
         for share in (int(s) for s in args.shares.split(",") if s):
             text, out, lines = Path(tmp) / "lines.txt", Path(tmp) / "out.npy", share * args.workers
-            text.write_text("".join(sentences[i % len(sentences)] + "\n" for i in range(lines)), encoding="utf-8")
+            write_repeated(text, sentences, lines)
             runs = [(command_seconds(text, out, args.workers, 0), command_seconds(text, out, args.workers, 10**18))
                     for _ in range(args.runs)]  # fmt: skip
             with_torch, without = (statistics.median(r[k] for r in runs) for k in range(2))

@@ -35,6 +35,13 @@ def sentence_sample(n: int) -> list[str]:
     return sentences[:n]
 
 
+def write_repeated(path: Path, sentences: list[str], n: int) -> list[str]:
+    """`n` lines of `sentences` repeated in order, written to `path` in UTF-8, one a line; returns them."""
+    lines = [sentences[i % len(sentences)] for i in range(n)]
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return lines
+
+
 def sp_model_50k() -> bytes:
     """A 50,000-piece unigram sentencepiece model of the English sentences, cached on disk."""
     path = CACHE / "en50k.model"
