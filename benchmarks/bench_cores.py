@@ -4,19 +4,19 @@
 
 For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `paraphrastic-embed --threads N` on
 --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score --threads
-N` on as many pairs, and `model.encode` on --encode sentences with N workers; beside them the limit N x
-(sentencepiece alone on one thread, same lines), N processes of sentencepiece alone at once (what the machine's
-cores really give it), the fraction of the limit reached, and the speed-up over N = 1, each the median of --repeats
-rounds (and each round's own speed-up of the most workers), and the disk's own limit (writing and syncing the
-output's bytes, at most 2 GiB). Then N processes of a worker's own work at once (sentencepiece, pooling, the rows:
-what the cores give the whole job), its rows kept, written into one shared file as the workers write them, or
-written through a shared mapping of it, and kept with a smaller batch; and N processes writing blocks in /dev/shm at
-once, into one file or files of their own, with pwrite or through a mapping. Then the start-up (the whole command on
-the 10-line example) and the peak anonymous memory (Pss_Anon of the command and its workers, the output's file pages
-aside) of `paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of
-../shared/data, repeated to the size asked (or --text's lines, on a machine without ../shared/data). --skip-embed
-and --skip-score leave those commands out; --startup-only prints the start-up alone, and each console command's
---help beside it.
+N` on as many pairs, and `model.encode` on --encode sentences with N workers (until it returns its rows; freeing
+them and forking its workers are printed apart); beside them the limit N x (sentencepiece alone on one thread, same
+lines), N processes of sentencepiece alone at once (what the machine's cores really give it), the fraction of the
+limit reached, and the speed-up over N = 1, each the median of --repeats rounds (and each round's own speed-up of
+the most workers), and the disk's own limit (writing and syncing the output's bytes, at most 2 GiB). Then N
+processes of a worker's own work at once (sentencepiece, pooling, the rows: what the cores give the whole job), its
+rows kept, written into one shared file as the workers write them, or written through a shared mapping of it, and
+kept with a smaller batch; and N processes writing blocks in /dev/shm at once, into one file or files of their own,
+with pwrite or through a mapping. Then the start-up (the whole command on the 10-line example) and the peak
+anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of `paraphrastic-embed` on
+each --memory size. The lines are the fixed English sentence sample of ../shared/data, repeated to the size asked
+(or --text's lines, on a machine without ../shared/data). --skip-embed and --skip-score leave those commands out;
+--startup-only prints the start-up alone, and each console command's --help beside it.
 """
 
 from __future__ import annotations
@@ -214,19 +214,26 @@ def disk_rate(folder: Path, size: int) -> float:
 
 ENCODE = """
 import sys, time, torch
-from paraphrastic import models
+from paraphrastic import models, workers
 lines = open(sys.argv[1], encoding="utf-8").read().splitlines()[: int(sys.argv[2])]
 torch.set_num_threads(int(sys.argv[3]))
 model = models.load_model()
 start = time.perf_counter()
-model.encode(lines)
-print(len(lines) / (time.perf_counter() - start))
+rows = model.encode(lines)
+returned = time.perf_counter()
+del rows
+freed = time.perf_counter()
+with workers.Workers(model, given=lines) as pool:
+    pool.start()
+    forked = time.perf_counter()
+print(len(lines) / (returned - start), freed - returned, forked - freed)
 """
 
 
 def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
-    """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s, embed's seconds before its workers
-    started and after they ended, or None with one worker) with `n` workers. The last round's outputs are removed
+    """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s until it returns, embed's seconds before
+    its workers started and after they ended or None with one worker, the seconds that freeing encode's rows took,
+    and that forking encode's workers takes with its texts held) with `n` workers. The last round's outputs are removed
     first, outside the clock: replacing a file of gigabytes frees its blocks in the rename (seconds, on a disk
     mounted with discard), a cost of the old file, not of this run."""
     for old in (tmp / "out.npy", tmp / "out.tsv"):
@@ -238,10 +245,10 @@ def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     score_s = float("nan") if args.skip_score else timed(
         [str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
          str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])[0]  # fmt: skip
-    encode = float("nan") if not args.encode else float(subprocess.run(
+    encode, freed, forked = (float("nan"),) * 3 if not args.encode else map(float, subprocess.run(
         [sys.executable, "-c", ENCODE, str(text), str(args.encode), str(n)], capture_output=True, text=True, check=True
-    ).stdout.split()[-1])  # fmt: skip
-    return args.lines / embed_s, args.lines / score_s, encode, parts
+    ).stdout.split()[-3:])  # fmt: skip
+    return args.lines / embed_s, args.lines / score_s, encode, parts, freed, forked
 
 
 COMMANDS = ["paraphrastic-embed", "paraphrastic-score", "paraphrastic-mine", "paraphrastic-evaluate",
@@ -328,6 +335,15 @@ def main() -> None:
             each = [r[counts[-1]][k] / r[counts[0]][k] for r in rounds]
             if len(counts) > 1 and not np.isnan(each).any():
                 print(f"{name} speed-up of {counts[-1]} workers, each round: {', '.join(f'{x:.2f}x' for x in each)}")
+        if args.encode:  # a caller frees the rows when done with them: apart from encode's clock, shown here
+            for k, what in ((4, "its rows freed after it returned"), (5, "its workers forked with its texts held")):
+                print(f"encode, {what} (seconds, median): "
+                      + ", ".join(f"{n} workers {statistics.median(r[n][k] for r in rounds):.2f}" for n in counts))  # fmt: skip
+            if len(counts) > 1:
+                with_free = [(args.encode / r[counts[0]][2] + r[counts[0]][4]) / (args.encode / r[counts[-1]][2]
+                             + r[counts[-1]][4]) for r in rounds]  # fmt: skip
+                print(f"encode speed-up of {counts[-1]} workers with freeing its rows inside the clock, each round: "
+                      + ", ".join(f"{x:.2f}x" for x in with_free))  # fmt: skip
         ways = ", ".join(f"({k + 1}) {way}" for k, way in enumerate(WAYS))
         print(f"\na worker's own job in N processes at once (sentences/s; {min(len(lines), 200_000):,} lines each, "
               f"one job's texts at a time), its rows {ways}:\n\n| workers | "
