@@ -12,10 +12,11 @@ the most workers), and the disk's own limit (writing and syncing the output's by
 processes of a worker's own work at once (sentencepiece, pooling, the rows: what the cores give the whole job), its
 rows kept, written into one shared file as the workers write them, or written through a shared mapping of it, and
 kept with a smaller batch; and N processes writing blocks in /dev/shm at once, into one file or files of their own,
-with pwrite or through a mapping. Then the start-up (the whole command on the 10-line example) and the peak
-anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of `paraphrastic-embed` on
-each --memory size. The lines are the fixed English sentence sample of ../shared/data, repeated to the size asked
-(or --text's lines, on a machine without ../shared/data). --skip-embed and --skip-score leave those commands out;
+with pwrite or through a mapping; and the time this process, holding the lines, takes to fork as many workers, one
+after another or in a tree. Then the start-up (the whole command on the 10-line example) and the peak anonymous
+memory (Pss_Anon of the command and its workers, the output's file pages aside) of `paraphrastic-embed` on each
+--memory size. The lines are the fixed English sentence sample of ../shared/data, repeated to the size asked (or
+--text's lines, on a machine without ../shared/data). --skip-embed and --skip-score leave those commands out;
 --startup-only prints the start-up alone, and each console command's --help beside it.
 """
 
@@ -197,6 +198,39 @@ def write_rates(n: int, blocks: int = 25) -> list[float]:
     return rates
 
 
+def fork_seconds(n: int, tree: bool) -> float:
+    """Seconds until `n` forks of this process have all started: forked one after another by this process, as
+    the executor forks its workers, or in a tree, where each child forks half of what is left to it (this
+    process forks about log2(n) times). A fork copies the page tables of what the process holds (its texts)."""
+    ready, started = os.pipe()
+
+    def fork_range(lo: int, hi: int) -> list[int]:
+        pids = []
+        while lo < hi:
+            mid = (lo + hi) // 2 if tree else hi - 1  # the child forks mid + 1 .. hi - 1 itself
+            pid = os.fork()
+            if pid == 0:
+                below = fork_range(mid + 1, hi)
+                os.write(started, b"+")
+                for child in below:
+                    os.waitpid(child, 0)
+                os._exit(0)
+            pids.append(pid)
+            hi = mid
+        return pids
+
+    start = time.perf_counter()
+    pids, seen = fork_range(0, n), 0
+    while seen < n:
+        seen += len(os.read(ready, n))
+    took = time.perf_counter() - start
+    for pid in pids:
+        os.waitpid(pid, 0)
+    os.close(ready)
+    os.close(started)
+    return took
+
+
 def disk_rate(folder: Path, size: int) -> float:
     """Bytes/s of writing `size` bytes to a new file in `folder` and syncing them, as embed writes its output: the
     end-to-end limit whatever the cores (embed's output must be on disk before it is published)."""
@@ -351,6 +385,10 @@ def main() -> None:
         jobs = {n: job_processes(lines, n) for n in sorted({1, *counts})}
         for n in counts:
             print(f"| {n} | " + " | ".join(f"{x:,.0f} ({x / jobs[1][k]:.1f}x)" for k, x in enumerate(jobs[n])) + " |")
+        forks = [[fork_seconds(counts[-1], tree) for tree in (False, True)] for _ in range(3)]
+        print(f"\n{counts[-1]} forks of this process, holding {len(lines):,} texts (median of 3, seconds until all "
+              f"have started): one after another {statistics.median(f[0] for f in forks):.2f}, in a tree "
+              f"{statistics.median(f[1] for f in forks):.2f}")  # fmt: skip
         print("\nN processes at once writing 8 MiB blocks in /dev/shm (GB/s): (a) into one shared file with pwrite, "
               "(b) into it through a shared mapping, (c) into files of their own with pwrite\n\n"
               "| processes | (a) | (b) | (c) |\n|---|---|---|---|")  # fmt: skip
