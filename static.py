@@ -14,7 +14,6 @@ import contextlib
 import io
 import itertools
 import os
-import shutil
 import string
 import sys
 import tempfile
@@ -36,8 +35,7 @@ STREAM_TEXTS = 131_072  # texts of an iterable encode reads at once (and at most
 STREAM_CHARS = 32 << 20
 JOB_TEXTS = 8192  # texts in one worker's job (and at most JOB_BYTES characters)
 SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
-SHM_DIR = Path("/dev/shm")  # memory-backed files, where the system has them
-SHARED_ROWS = "paraphrastic-rows"  # name of the shared-memory files of encode's workers: NAME.PID.XXXXXXXX.npy
+SHARED_ROWS = "paraphrastic-rows"  # name of the memory file of encode's workers (a file NAME.PID.*.npy without memfd)
 UNKNOWN_SHARE = 0.01  # the share of mostly unknown lines from which a run warns that their scores mean little
 TORCH_FROM = 2_000_000  # texts a process pools before torch's faster kernel has repaid its import (bench_pooling.py)
 SP_FILE = "sentencepiece.model"  # an exported folder's copy of the sentencepiece model
@@ -453,23 +451,27 @@ def _tokens_job(model: Encoding, job: tuple[Sequence[str], int]) -> tuple[np.nda
 
 @contextlib.contextmanager
 def shared_rows(rows: int, dim: int) -> Iterator[tuple[Path, np.ndarray]]:
-    """A float32 .npy of (rows, dim) that worker processes fill by name, and the caller's array over it: in
-    /dev/shm where it has room, else in the temporary folder; its name is gone after the block, its rows stay.
-    The name holds this process's id: the files of killed processes are removed here, by the next call."""
-    size = rows * dim * 4 + 4096
-    shm = SHM_DIR
-    room = shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * size
-    folder = shm if room else Path(tempfile.gettempdir())
-    for old in left_by_dead(folder, SHARED_ROWS):
-        if old.is_file():
-            old.unlink(missing_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f"{SHARED_ROWS}.{os.getpid()}.", suffix=".npy", dir=folder)
-    os.close(fd)
+    """A float32 .npy of (rows, dim) that worker processes fill by name, and the caller's array over it; its rows
+    stay with the array after the block. It is a file in memory with no name in any folder (a memfd, which the
+    workers open as /proc/PID/fd/N): it needs no room in /dev/shm (64 MB in a container), and nothing of it
+    outlives the processes that hold it, killed or not. Where the system has no memfd (or no /proc), it is a file
+    of the temporary folder whose name holds this process's id, and the next call removes what a killed one left."""
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create(SHARED_ROWS)
+        name = f"/proc/{os.getpid()}/fd/{fd}"
+    else:
+        folder = Path(tempfile.gettempdir())
+        for old in left_by_dead(folder, SHARED_ROWS):
+            if old.is_file():
+                old.unlink(missing_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f"{SHARED_ROWS}.{os.getpid()}.", suffix=".npy", dir=folder)
     try:
         out = np.lib.format.open_memmap(name, mode="w+", dtype=np.float32, shape=(rows, dim))
         yield Path(name), np.asarray(out)
     finally:
-        os.unlink(name)
+        os.close(fd)
+        if not name.startswith("/proc/"):
+            os.unlink(name)
 
 
 class StaticModel(Encoding):

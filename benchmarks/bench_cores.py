@@ -11,9 +11,9 @@ limit reached, and the speed-up over N = 1, each the median of --repeats rounds 
 the most workers), and the disk's own limit (writing and syncing the output's bytes, at most 2 GiB). Then N
 processes of a worker's own work at once (sentencepiece, pooling, the rows: what the cores give the whole job), its
 rows kept, written into one shared file as the workers write them, or written through a shared mapping of it, and
-kept with a smaller batch; and N processes writing blocks in /dev/shm at once, into one file or files of their own,
-with pwrite or through a mapping; and the time this process, holding the lines, takes to fork as many workers, one
-after another or in a tree. Then the start-up (the whole command on the 10-line example) and the peak anonymous
+kept with a smaller batch; and N processes writing blocks into memory files at once, into one file or files of their
+own, with pwrite or through a mapping; and the time this process, holding the lines, takes to fork as many workers,
+one after another or in a tree. Then the start-up (the whole command on the 10-line example) and the peak anonymous
 memory (Pss_Anon of the command and its workers, the output's file pages aside) of `paraphrastic-embed` on each
 --memory size. The lines are the fixed English sentence sample of ../shared/data, repeated to the size asked (or
 --text's lines, on a machine without ../shared/data). --skip-embed and --skip-score leave those commands out;
@@ -180,21 +180,20 @@ def _write_blocks(paths: list[Path], blocks: int, mapped: bool, k: int) -> None:
 
 
 def write_rates(n: int, blocks: int = 25) -> list[float]:
-    """Bytes/s of `n` processes at once each writing `blocks` blocks of BLOCK bytes in /dev/shm (where the
-    workers' shared rows go): into one shared file with pwrite, into it through a shared mapping, and into files
+    """Bytes/s of `n` processes at once each writing `blocks` blocks of BLOCK bytes into memory files (memfd, as
+    the workers' shared rows): into one shared file with pwrite, into it through a shared mapping, and into files
     of their own with pwrite. A write holds its file's lock, so the first is what one file lets through."""
-    folder = static.SHM_DIR if static.SHM_DIR.is_dir() else Path(tempfile.gettempdir())
     rates = []
     for own, mapped in ((False, False), (False, True), (True, False)):
-        paths = [folder / f"bench-cores-{os.getpid()}-{k if own else 0}" for k in range(n)]
+        fds = [os.memfd_create("bench-cores") for _ in range(n if own else 1)]
+        paths = [Path(f"/proc/{os.getpid()}/fd/{fds[k if own else 0]}") for k in range(n)]
         try:
-            for path in set(paths):
-                with open(path, "wb") as f:
-                    f.truncate(n * blocks * BLOCK)
+            for fd in fds:
+                os.ftruncate(fd, n * blocks * BLOCK)
             rates.append(processes_rate(functools.partial(_write_blocks, paths, blocks, mapped), blocks * BLOCK, n))
         finally:
-            for path in set(paths):
-                path.unlink(missing_ok=True)
+            for fd in fds:
+                os.close(fd)
     return rates
 
 
@@ -389,7 +388,7 @@ def main() -> None:
         print(f"\n{counts[-1]} forks of this process, holding {len(lines):,} texts (median of 3, seconds until all "
               f"have started): one after another {statistics.median(f[0] for f in forks):.2f}, in a tree "
               f"{statistics.median(f[1] for f in forks):.2f}")  # fmt: skip
-        print("\nN processes at once writing 8 MiB blocks in /dev/shm (GB/s): (a) into one shared file with pwrite, "
+        print("\nN processes at once writing 8 MiB blocks into memory files (memfd; GB/s): (a) into one shared file with pwrite, "
               "(b) into it through a shared mapping, (c) into files of their own with pwrite\n\n"
               "| processes | (a) | (b) | (c) |\n|---|---|---|---|")  # fmt: skip
         for n in sorted({1, *counts}):

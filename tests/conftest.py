@@ -4,6 +4,7 @@ and the path of the real data in ../shared/data (skipped when absent, a failure 
 from __future__ import annotations
 
 import compileall
+import contextlib
 import importlib
 import os
 import random
@@ -67,6 +68,15 @@ def generated_sentences(n: int, seed: int = 0) -> list[str]:
 
 
 CARD = ROOT / "data" / "models" / "README.md"
+
+
+def open_rows_files() -> list[str]:
+    """This process's open files that are encode's shared rows (a memfd shows as "/memfd:NAME (deleted)")."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return [link for link in found if static.SHARED_ROWS in link]
 
 
 def stated_figure(name: str) -> float:

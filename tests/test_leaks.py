@@ -1,12 +1,16 @@
-"""Nothing left behind: shared-memory files and training temporaries carry their process id and are removed by
-the next run once their owner is dead; a bad --device is a usage error, never a traceback."""
+"""Nothing left behind: shared rows are a memory file with no name (or, without memfd, carry their process id),
+training temporaries carry their process id and are removed by the next run once their owner is dead; a bad
+--device is a usage error, never a traceback."""
 
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
+from conftest import open_rows_files
 
 from paraphrastic import embed_sentences, evaluate, mine_bitext, score_sentence_pairs, static, train
 
@@ -17,14 +21,28 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def test_shared_rows_of_a_dead_process_are_removed_by_the_next_call(tmp_path, monkeypatch):
-    monkeypatch.setattr(static, "SHM_DIR", tmp_path)
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="a system without memfd")
+def test_shared_rows_are_a_memory_file_with_no_name_that_ends_with_its_array():
+    """The workers' shared rows need no folder (a container's /dev/shm holds 64 MB) and leave nothing to clean up:
+    after the block its rows live on in the array alone, and the memory goes with it."""
+    with static.shared_rows(10, 4) as (path, rows):
+        assert str(path).startswith(f"/proc/{os.getpid()}/fd/") and rows.shape == (10, 4)
+        static.write_npy_rows(path, 3, np.full((2, 4), 7, np.float32))  # as a worker writes, by name
+    assert not path.exists() and rows[3:5].tolist() == [[7.0] * 4] * 2 and not rows[:3].any()
+    assert open_rows_files() != []  # the array's own mapping
+    del rows
+    assert open_rows_files() == []
+
+
+def test_without_memfd_shared_rows_of_a_dead_process_are_removed_by_the_next_call(tmp_path, monkeypatch):
+    monkeypatch.delattr(os, "memfd_create", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     stale = tmp_path / f"{static.SHARED_ROWS}.{dead_pid()}.abcdefgh.npy"
     stale.write_bytes(b"rows of a killed encode")
     other = tmp_path / f"{static.SHARED_ROWS}.notapid.npy"
     other.write_bytes(b"")
     with static.shared_rows(10, 4) as (path, rows):
-        assert path.name.startswith(f"{static.SHARED_ROWS}.{static.os.getpid()}.") and rows.shape == (10, 4)
+        assert path.name.startswith(f"{static.SHARED_ROWS}.{os.getpid()}.") and rows.shape == (10, 4)
         assert not stale.exists() and other.exists()
     assert not path.exists()
 
