@@ -69,7 +69,9 @@ class Job:
         if out.exists() and not out.is_dir():
             raise InputError(f"{out}: is a file; --output-dir takes a folder (new or empty)")
         if resume and (out / MANIFEST).exists():
-            raise Finished(check_same(out, read_json(out / MANIFEST), spec, "finished run"))
+            said = check_same(out, read_json(out / MANIFEST), spec, "finished run")
+            clear_finished(out)
+            raise Finished(said)
         made = not out.exists()
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -209,6 +211,20 @@ def take_over(out: Path) -> tuple:
     json.dump(record, handle)
     handle.flush()
     return handle, record
+
+
+def clear_finished(out: Path) -> None:
+    """Remove the claim and staging that a run killed between writing its manifest and its clean-up left in
+    `out` (a run that still holds its claim removes them itself)."""
+    if not (out / CLAIM).exists():
+        return
+    try:
+        handle, _ = take_over(out)
+    except InputError:  # held: the run lives, and is about to remove them
+        return
+    with handle:
+        shutil.rmtree(out / STAGING, ignore_errors=True)
+        os.unlink(out / CLAIM)
 
 
 def running(out: Path) -> bool:

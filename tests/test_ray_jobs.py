@@ -181,6 +181,24 @@ def test_a_claimed_folder_is_refused_while_its_run_holds_it(tmp_path):
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [commit.MANIFEST]
 
 
+def test_resume_clears_what_a_run_killed_after_its_manifest_left(tmp_path, monkeypatch):
+    """A driver killed between writing _SUCCESS and removing its claim and staging: the output reads whole, and
+    --resume says it is finished and clears the rest (not while that run still holds its claim)."""
+    spec = {"kind": "embed", "inputs": [], "model": {}, "options": {}, "items": []}
+    job = commit.Job.open(tmp_path / "o", spec)
+    with monkeypatch.context() as patched:
+        patched.setattr(commit.Job, "release", lambda self, keep: None)  # the kill, right after the manifest
+        job.publish({}, {})
+    left = sorted([commit.CLAIM, commit.MANIFEST, commit.STAGING])
+    for alive in (True, False):
+        if not alive:
+            job.handle.close()  # the process is gone, and its lock with it
+        with pytest.raises(commit.Finished, match="finished already"):
+            commit.Job.open(tmp_path / "o", spec, resume=True)
+        assert sorted(p.name for p in (tmp_path / "o").iterdir()) == (left if alive else [commit.MANIFEST])
+    assert commit.manifest(tmp_path / "o")["rows"] == 0
+
+
 def test_each_file_is_read_once_whatever_names_reach_it(cluster, tiny_model_file, inputs, tmp_path, monkeypatch):
     monkeypatch.chdir(inputs[0].parent)
     names = ["t00.txt", "t0*.txt", "./t00.txt", str(inputs[0]), "../in/t01.txt"]
