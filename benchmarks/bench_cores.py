@@ -266,9 +266,9 @@ print(len(lines) / (returned - start), freed - returned, forked - freed)
 def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s until it returns, embed's seconds before
     its workers started and after they ended or None with one worker, the seconds that freeing encode's rows took,
-    and that forking encode's workers takes with its texts held) with `n` workers. The last round's outputs are removed
-    first, outside the clock: replacing a file of gigabytes frees its blocks in the rename (seconds, on a disk
-    mounted with discard), a cost of the old file, not of this run."""
+    and that forking encode's workers takes with its texts held) with `n` workers. The last round's outputs are
+    removed first, outside the clock: replacing a file of gigabytes frees its blocks in the rename (seconds, on a
+    disk mounted with discard), a cost of the old file, not of this run."""
     for old in (tmp / "out.npy", tmp / "out.tsv"):
         old.unlink(missing_ok=True)
     embed_s, parts = float("nan"), None
@@ -370,8 +370,8 @@ def main() -> None:
                 print(f"{name} speed-up of {counts[-1]} workers, each round: {', '.join(f'{x:.2f}x' for x in each)}")
         if args.encode:  # a caller frees the rows when done with them: apart from encode's clock, shown here
             for k, what in ((4, "its rows freed after it returned"), (5, "its workers forked with its texts held")):
-                print(f"encode, {what} (seconds, median): "
-                      + ", ".join(f"{n} workers {statistics.median(r[n][k] for r in rounds):.2f}" for n in counts))  # fmt: skip
+                each = (f"{n} workers {statistics.median(r[n][k] for r in rounds):.2f}" for n in counts)
+                print(f"encode, {what} (seconds, median): {', '.join(each)}")
             if len(counts) > 1:
                 with_free = [(args.encode / r[counts[0]][2] + r[counts[0]][4]) / (args.encode / r[counts[-1]][2]
                              + r[counts[-1]][4]) for r in rounds]  # fmt: skip
@@ -388,8 +388,8 @@ def main() -> None:
         print(f"\n{counts[-1]} forks of this process, holding {len(lines):,} texts (median of 3, seconds until all "
               f"have started): one after another {statistics.median(f[0] for f in forks):.2f}, in a tree "
               f"{statistics.median(f[1] for f in forks):.2f}")  # fmt: skip
-        print("\nN processes at once writing 8 MiB blocks into memory files (memfd; GB/s): (a) into one shared file with pwrite, "
-              "(b) into it through a shared mapping, (c) into files of their own with pwrite\n\n"
+        print("\nN processes at once writing 8 MiB blocks into memory files (memfd; GB/s): (a) into one shared file "
+              "with pwrite, (b) into it through a shared mapping, (c) into files of their own with pwrite\n\n"
               "| processes | (a) | (b) | (c) |\n|---|---|---|---|")  # fmt: skip
         for n in sorted({1, *counts}):
             print(f"| {n} | " + " | ".join(f"{x / 1e9:.2f}" for x in write_rates(n)) + " |")
