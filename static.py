@@ -326,7 +326,8 @@ class Encoding:
         return out
 
     def start_multi_process_pool(self, workers: int | None = None) -> Workers:
-        """Worker processes to keep across `encode(..., pool=pool)` calls (default: one per thread); close with
+        """Worker processes to keep across `encode(..., pool=pool)` calls (default: one per thread): a call without
+        one forks its workers anew, which takes longer the more memory this process holds. Close with
         `pool.close()`, `stop_multi_process_pool(pool)`, or use it in a `with` block."""
         return Workers(self, workers)
 
