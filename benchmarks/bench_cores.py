@@ -208,12 +208,14 @@ def fork_seconds(n: int, tree: bool) -> float:
         while lo < hi:
             mid = (lo + hi) // 2 if tree else hi - 1  # the child forks mid + 1 .. hi - 1 itself
             pid = os.fork()
-            if pid == 0:
-                below = fork_range(mid + 1, hi)
-                os.write(started, b"+")
-                for child in below:
-                    os.waitpid(child, 0)
-                os._exit(0)
+            if pid == 0:  # a child never returns into the benchmark, whatever happens
+                try:
+                    below = fork_range(mid + 1, hi)
+                    os.write(started, b"+")
+                    for child in below:
+                        os.waitpid(child, 0)
+                finally:
+                    os._exit(0)
             pids.append(pid)
             hi = mid
         return pids
