@@ -26,6 +26,7 @@ import argparse
 import functools
 import multiprocessing
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -223,6 +224,8 @@ def fork_seconds(n: int, tree: bool) -> float:
     start = time.perf_counter()
     pids, seen = fork_range(0, n), 0
     while seen < n:
+        if not select.select([ready], [], [], 60)[0]:
+            raise RuntimeError(f"only {seen} of {n} forks started within a minute")
         seen += len(os.read(ready, n))
     took = time.perf_counter() - start
     for pid in pids:
