@@ -1,26 +1,32 @@
 """Worker processes that turn text into vectors: the one parallel path of every command and of `Model.encode`.
 
 Each worker is a forked copy of the calling process, so the model reaches it without pickling and its table is
-shared copy-on-write; it runs on one thread (torch's too, when torch is loaded). The caller cuts its input into jobs, keeps at most two per
-worker in flight (memory stays bounded whatever the input size) and takes the results back in input order, so
-row i is still line i. With one worker the jobs run in the calling process itself: the same code, no fork.
+shared copy-on-write; it runs on one thread (torch's too, when torch is loaded). The workers are forked in a tree,
+so that 16 start in the time of about 5 forks however much memory the caller holds. The caller cuts its input into
+jobs, sends each to a worker through that worker's own pipe, keeps at most two per worker in flight (memory stays
+bounded whatever the input size) and takes the results back in input order, so row i is still line i. With one
+worker the jobs run in the calling process itself: the same code, no fork.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import gc
 import multiprocessing
 import os
+import queue
 import signal
 import sys
 import threading
 import time
+import traceback
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_for
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,9 @@ IN_FLIGHT = 2  # jobs per worker submitted ahead: one running, one queued
 PARENT_POLL_S = 0.5  # how often a worker checks that its parent lives
 WATCH_S = 1.0  # how often the caller, waiting on a job, looks at its workers
 STALL_S = 120.0  # workers that use no CPU for this long while a job waits are stuck (blocked, or hung)
+STARTED = -1  # the number of a worker's first message, which says it started and gives its pid
+DIED = ("a worker process died (killed, or out of memory); nothing was written in place of the output (run again, "
+        "with fewer --threads if memory is short; a kept pool must be started anew)")  # fmt: skip
 _model = None  # this worker's model, set when the worker starts
 _given = None  # what this worker's pool was started with for its jobs to read (see `given`)
 _threads: int | None = None  # set by use_threads
@@ -91,15 +100,96 @@ def given() -> Any:
     return _given
 
 
-def _start(model, parent: int, data: Any) -> None:
+def _fork_tree(
+    lo: int, hi: int, ends: list, callers: list, serve: Callable[[int, list[int]], int], pids: list[int]
+) -> None:
+    """Fork workers lo..hi-1 in a tree, adding to `pids` those this process forked: each child is the first worker of
+    the upper half of what is left and forks the rest of its half itself, so that N workers start in the time of
+    about log2(N) forks (a fork copies the page tables of all the caller holds: 0.04 s with 8,000,000 texts).
+    `ends[k]`: worker k's ends of its pipes; `callers`: the caller's ends, closed in every child;
+    serve(k, forked) runs worker k and gives its exit status. A child never returns into the caller's code."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle, once
+                for k, pair in enumerate(ends):
+                    if not mid <= k < hi:
+                        _close(pair)
+                _close(callers)
+                below: list[int] = []
+                _fork_tree(mid + 1, hi, ends, [], serve, below)
+                for pair in ends[mid + 1 : hi]:
+                    _close(pair)
+                code = serve(mid, below)
+            finally:
+                _flush_std_streams()
+                os._exit(code)
+        pids.append(pid)
+        hi = mid
+
+
+def _close(connections: Iterable) -> None:
+    for connection in connections:
+        connection.close()
+
+
+def _flush_std_streams() -> None:
+    """Flush stdout and stderr: before a fork, so that no child writes the caller's buffered text again."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def _serve(model, given_data: Any, jobs: Connection, results: Connection, parent: int, below: list[int]) -> int:
+    """A worker: say it started, warm up, then run each job that `jobs` brings and send back (number, ok, result or
+    error) until the caller closes its end; wait for the workers it forked, and give the exit status. A thread
+    takes in the jobs as they come, so that the caller never waits to send one."""
     global _model, _given
-    _model, _given = model, data
+    _model, _given = model, given_data
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     gc.freeze()  # what the fork brought is never garbage here: collections skip it (a seventh of the time)
     if torch := sys.modules.get("torch"):
         torch.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle, once
-    model.warm_up()
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_take_in, args=(jobs, inbox), daemon=True).start()
+    code = 0
+    try:
+        results.send((STARTED, True, os.getpid()))
+        model.warm_up()
+        while (job := inbox.get()) is not None:
+            number, fn, arg = job
+            try:
+                reply = (number, True, fn(model, arg))
+            except BaseException as e:  # the caller raises it, as if the job had run there
+                reply = (number, False, (e, traceback.format_exc()))
+            _reply(results, reply)
+    except OSError:  # the caller closed the pool without taking this result, or is gone
+        code = 1
+    for pid in below:  # they end as this one does: the caller closed their pipes too
+        os.waitpid(pid, 0)
+    return code
+
+
+def _reply(results: Connection, reply: tuple) -> None:
+    """Send a job's reply; one that would not pickle goes back as an error that says so."""
+    try:
+        data = ForkingPickler.dumps(reply)
+    except Exception as e:
+        what = "result" if reply[1] else "error"
+        data = ForkingPickler.dumps((reply[0], False, (WorkerError(f"a job's {what} could not be sent back: {e}"), "")))
+    results.send_bytes(data)
+
+
+def _take_in(jobs: Connection, inbox: queue.SimpleQueue) -> None:
+    """A worker's thread: jobs from the caller into `inbox`, then None once the caller says stop or is gone (or a
+    job would not unpickle: the worker ends, and the caller says a worker died)."""
+    with contextlib.suppress(Exception):
+        while (job := jobs.recv()) is not None:
+            inbox.put(job)
+    inbox.put(None)
 
 
 def _watch_parent(parent: int) -> None:
@@ -111,97 +201,192 @@ def _watch_parent(parent: int) -> None:
     os._exit(1)
 
 
-def _run(fn: Callable, job: Any) -> Any:
-    return fn(_model, job)
+def _stop(jobs: list[Connection], results: list[Connection], forked: list[int], exits: list[int], owner: int) -> None:
+    """Tell each worker of a pool to stop and close its pipes, so that each ends after the jobs it holds (one
+    sending a result no one takes ends at once), and wait for the workers the caller forked (each waits for those it
+    forked). The stop is a message, not the pipe's end: a process forked meanwhile (another pool's worker, one's own
+    fork) holds copies of the caller's ends."""
+    if os.getpid() != owner:
+        return
+    for connection in jobs:
+        with contextlib.suppress(OSError):
+            connection.send(None)
+    _close(jobs + results)
+    for pid in forked:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    for fd in exits:
+        os.close(fd)
+    for each in (jobs, results, forked, exits):
+        each.clear()
+
+
+class RemoteTraceback(Exception):
+    """Where a job failed in its worker: the cause of the error the caller raises."""
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 class Workers:
     """A pool of `size` worker processes holding `model` (default: `threads()`, which the commands set with
     --threads) and `given` (read by jobs with `given()`); a context manager, reusable across calls until closed, in
-    the process that started it."""
+    the process that started it. Each worker has its own pipes: the caller sends a job to a started worker that
+    holds fewer than IN_FLIGHT, and takes results in as they come."""
 
     def __init__(self, model, size: int | None = None, given: Any = None):
-        self.model, self.owner, self.closed = model, os.getpid(), False
+        self.model, self.given, self.owner, self.closed = model, given, os.getpid(), False
         self.size = max(1, size or threads())
-        self.pool: cf.ProcessPoolExecutor | None = None
-        if self.size > 1:
-            fork = multiprocessing.get_context("fork")  # the model reaches the workers without pickling
-            self.pool = cf.ProcessPoolExecutor(
-                self.size, mp_context=fork, initializer=_start, initargs=(model, os.getpid(), given)
-            )
+        self.jobs: list[Connection] = []  # the caller's ends, one per worker: jobs out, results in
+        self.results: list[Connection] = []
+        self.forked: list[int] = []  # the workers this process forked (the top of the tree)
+        self.exits: list[int] = []  # a pidfd of each started worker, readable once it ends
+        # a pool dropped unclosed, or still open at exit, stops its workers too
+        self._stop = weakref.finalize(self, _stop, self.jobs, self.results, self.forked, self.exits, self.owner)
+        self.pid_of: dict[int, int] = {}  # worker -> pid, once it has said it started
+        self.held: list[deque[int]] = [deque() for _ in range(self.size)]  # numbers of the jobs each holds
+        self.done: dict[int, tuple[bool, Any]] = {}  # results taken in and not yet yielded
+        self.wanted: set[int] = set()  # numbers of the jobs whose results a map still waits for
+        self.number, self.broken = 0, False
 
     def map(self, fn: Callable[[Any, Any], Any], jobs: Iterable) -> Iterator:
-        """fn(model, job) for each job, results in the order of the jobs. `fn` must be a module-level function
-        (it is sent to the workers by name)."""
+        """fn(model, job) for each job, results in the order of the jobs, with at most IN_FLIGHT jobs per worker
+        sent or waiting. `fn` must be a module-level function (it is sent to the workers by name)."""
+        self.start()
+        if self.size == 1:
+            yield from (fn(self.model, job) for job in jobs)
+            return
+        order: deque[int] = deque()
+        try:
+            for job in jobs:
+                if len(order) >= IN_FLIGHT * self.size:
+                    yield self._take(order.popleft())
+                self._wait(lambda: self._free() is not None)
+                worker = self._free()
+                self._send(worker, (self.number, fn, job))
+                order.append(self.number)
+                self.number += 1
+            while order:
+                yield self._take(order.popleft())
+        finally:
+            for number in order:  # results no one will take: dropped as they come
+                self.wanted.discard(number)
+                self.done.pop(number, None)
+
+    def start(self, wait: bool = False) -> None:
+        """Fork the workers now instead of at the first job, so that they start and warm up (`warm_up`) while the
+        caller still plans their jobs; `wait`: return once every worker has started. A pool closed, broken (a worker
+        died) or another process's raises WorkerError."""
         if self.closed:
             raise WorkerError("this pool of worker processes was closed: start a new one (start_multi_process_pool)")
         if os.getpid() != self.owner:
             raise WorkerError(f"this pool of worker processes belongs to process {self.owner}, not to this forked "
                               "child: start a pool in the child (start_multi_process_pool)")  # fmt: skip
-        if self.pool is None:
-            yield from (fn(self.model, job) for job in jobs)
-            return
-        pending: deque[cf.Future] = deque()
-        try:
-            for job in jobs:
-                pending.append(self._submit(_run, fn, job))
-                if len(pending) >= IN_FLIGHT * self.size:
-                    yield self._result(pending.popleft())
-            while pending:
-                yield self._result(pending.popleft())
+        if self.broken:
+            raise WorkerError(DIED)
+        if self.size > 1 and not self.jobs:
+            self._launch()
+        if wait and self.size > 1:
+            self._wait(lambda: len(self.pid_of) == self.size)
+
+    def _launch(self) -> None:
+        pipes = [(multiprocessing.Pipe(duplex=False), multiprocessing.Pipe(duplex=False)) for _ in range(self.size)]
+        ends = [(jobs_in, results_out) for (jobs_in, _), (_, results_out) in pipes]
+        self.jobs.extend(jobs_out for (_, jobs_out), _ in pipes)
+        self.results.extend(results_in for _, (results_in, _) in pipes)
+
+        def serve(k: int, below: list[int]) -> int:
+            return _serve(self.model, self.given, *ends[k], os.getppid(), below)
+
+        _flush_std_streams()
+        try:  # Python 3.12+ warns of fork in a threaded process; the workers use no lock a thread may hold
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+                _fork_tree(0, self.size, ends, self.jobs + self.results, serve, self.forked)
+        except OSError as e:
+            self.close()
+            raise WorkerError(f"could not start {self.size} worker processes ({e}): run with fewer --threads") from None
         finally:
-            for future in pending:
-                future.cancel()
+            for pair in ends:
+                _close(pair)
 
-    def start(self) -> None:
-        """Fork the workers now instead of at the first job, so that they start and warm up (`warm_up`) while the
-        caller still plans their jobs."""
-        if self.pool is not None:
-            self._submit(os.getpid)
+    def _free(self) -> int | None:
+        """The started worker holding fewest jobs, if fewer than IN_FLIGHT (than 1 until all have started, so that
+        the first jobs spread over all the workers), or None."""
+        most = IN_FLIGHT if len(self.pid_of) == self.size else 1
+        held = [(len(self.held[k]), k) for k in self.pid_of if len(self.held[k]) < most]
+        return min(held)[1] if held else None
 
-    def _submit(self, fn: Callable, *args: Any) -> cf.Future:
-        """pool.submit, which forks the workers the first time."""
-        with warnings.catch_warnings(), self.died():  # Python 3.12+ warns of fork in a threaded process;
-            warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
-            return self.pool.submit(fn, *args)  # the workers use no lock a thread may hold
+    def _send(self, worker: int, job: tuple) -> None:
+        try:
+            self.jobs[worker].send(job)
+        except OSError:
+            self.broken = True
+            raise WorkerError(DIED) from None
+        self.held[worker].append(job[0])
+        self.wanted.add(job[0])
 
-    def _result(self, future: cf.Future) -> Any:
-        """The job's result, watching the workers while it waits: a worker stopped at two looks with no CPU used
-        between them (a traced one, under strace, stops at every system call but runs), or workers that use no CPU
-        for STALL_S, end the run with one error naming them (a job would otherwise wait for ever)."""
+    def _take(self, number: int) -> Any:
+        """Job `number`'s result, or its error raised here."""
+        self._wait(lambda: number in self.done)
+        self.wanted.discard(number)
+        ok, value = self.done.pop(number)
+        if ok:
+            return value
+        error, where = value
+        raise error from RemoteTraceback(where) if where else None
+
+    def _receive(self, timeout: float) -> None:
+        """Take in what the workers send within `timeout` seconds: that one started, or a job's result. A worker's
+        end is seen by its pidfd (where the system has them), since a process forked meanwhile may hold a copy of
+        its pipe, which then never ends."""
+        for ready in wait_for([*self.results, *self.exits], timeout):
+            try:
+                if ready in self.exits:
+                    raise EOFError
+                worker = self.results.index(ready)
+                number, ok, value = ready.recv()
+            except (EOFError, OSError):
+                self.broken = True
+                raise WorkerError(DIED) from None
+            if number == STARTED:
+                self.pid_of[worker] = value
+                if hasattr(os, "pidfd_open"):
+                    with contextlib.suppress(OSError):  # an old kernel, or a worker already gone: its pipe ends
+                        self.exits.append(os.pidfd_open(value))
+                continue
+            self.held[worker].popleft()
+            if number in self.wanted:
+                self.done[number] = (ok, value)
+
+    def _wait(self, ready: Callable[[], bool]) -> None:
+        """Take in what the workers send until `ready()`, watching them while it waits: a worker stopped at two
+        looks with no CPU used between them (a traced one, under strace, stops at every system call but runs), or
+        workers that use no CPU for STALL_S, end the run with one error naming them (a job would otherwise wait for
+        ever)."""
         idle, cpu = 0.0, None  # the workers' CPU time is read once a wait is long: a result's ms read it not at all
         held: dict[int, float | None] = {}  # the workers stopped at the last look, with their CPU time then
-        with self.died():
-            while True:
-                try:
-                    return future.result(timeout=WATCH_S)
-                except cf.TimeoutError:
-                    pass
-                states = {pid: process_state(pid) for pid in self.pids()}
-                was, held = held, {pid: process_cpu(pid) for pid, state in states.items() if state in ("T", "t")}
-                if stopped := [str(pid) for pid, used in held.items() if pid in was and was[pid] == used]:
-                    raise WorkerError(f"worker process {', '.join(stopped)} is stopped (SIGSTOP, or a debugger): "
-                                      f"continue it (kill -CONT {' '.join(stopped)}) or stop the run")  # fmt: skip
-                now = self.cpu_seconds()
-                idle = idle + WATCH_S if now is not None and now == cpu else 0.0
-                cpu = now
-                if idle >= STALL_S:
-                    raise WorkerError(f"the worker processes ({', '.join(map(str, states))}) used no CPU for "
-                                      f"{idle:.0f} s while a job waited: stuck; stop the run and look at them")  # fmt: skip
-
-    @contextlib.contextmanager
-    def died(self) -> Iterator[None]:
-        """BrokenProcessPool, now or on a later call of a broken pool, as the one error the commands document."""
-        try:
-            yield
-        except BrokenProcessPool:
-            raise WorkerError(
-                "a worker process died (killed, or out of memory); nothing was written in place of the output "
-                "(run again, with fewer --threads if memory is short; a kept pool must be started anew)"
-            ) from None
+        look = time.monotonic() + WATCH_S
+        while not ready():
+            self._receive(max(0.0, look - time.monotonic()))
+            if ready() or time.monotonic() < look:
+                continue
+            look = time.monotonic() + WATCH_S
+            states = {pid: process_state(pid) for pid in self.pids()}
+            was, held = held, {pid: process_cpu(pid) for pid, state in states.items() if state in ("T", "t")}
+            if stopped := [str(pid) for pid, used in held.items() if pid in was and was[pid] == used]:
+                raise WorkerError(f"worker process {', '.join(stopped)} is stopped (SIGSTOP, or a debugger): "
+                                  f"continue it (kill -CONT {' '.join(stopped)}) or stop the run")  # fmt: skip
+            now = self.cpu_seconds()
+            idle = idle + WATCH_S if now is not None and now == cpu else 0.0
+            cpu = now
+            if idle >= STALL_S:
+                raise WorkerError(f"the worker processes ({', '.join(map(str, states))}) used no CPU for "
+                                  f"{idle:.0f} s while a job waited: stuck; stop the run and look at them")  # fmt: skip
 
     def pids(self) -> list[int]:
-        return list(getattr(self.pool, "_processes", None) or {})  # the executor's own map of its processes
+        """The process ids of the workers that have started."""
+        return list(self.pid_of.values())
 
     def cpu_seconds(self) -> float | None:
         """CPU time the workers have used so far (None where /proc cannot say)."""
@@ -209,11 +394,10 @@ class Workers:
         return None if None in times else sum(times)
 
     def close(self) -> None:
-        """Stop the workers (jobs already running finish first); the pool cannot be used again."""
+        """Stop the workers: each ends after the jobs it holds (their results are dropped), and the pool cannot be
+        used again."""
         self.closed = True
-        if self.pool is not None and os.getpid() == self.owner:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-        self.pool = None
+        self._stop()
 
     def __enter__(self) -> Workers:
         return self

@@ -5,18 +5,17 @@
 For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `paraphrastic-embed --threads N` on
 --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score --threads
 N` on as many pairs, and `model.encode` on --encode sentences with N workers (until it returns its rows; freeing
-them and forking its workers are printed apart); beside them the limit N x (sentencepiece alone on one thread, same
+them and starting its workers are printed apart); beside them the limit N x (sentencepiece alone on one thread, same
 lines), N processes of sentencepiece alone at once (what the machine's cores really give it), the fraction of the
 limit reached, and the speed-up over N = 1, each the median of --repeats rounds (and each round's own speed-up of
 the most workers), and the disk's own limit (writing and syncing the output's bytes, at most 2 GiB). Then N
 processes of a worker's own work at once (sentencepiece, pooling, the rows: what the cores give the whole job), its
 rows kept, written into one shared file as the workers write them, or written through a shared mapping of it, and
 kept with a smaller batch; and N processes writing blocks into memory files at once, into one file or files of their
-own, with pwrite or through a mapping; and the time this process, holding the lines, takes to fork as many workers,
-one after another or in a tree. Then the start-up (the whole command on the 10-line example) and the peak anonymous
-memory (Pss_Anon of the command and its workers, the output's file pages aside) of `paraphrastic-embed` on each
---memory size. The lines are the fixed English sentence sample of ../shared/data, repeated to the size asked (or
---text's lines, on a machine without ../shared/data). --skip-embed and --skip-score leave those commands out;
+own, with pwrite or through a mapping. Then the start-up (the whole command on the 10-line example) and the peak
+anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of `paraphrastic-embed` on
+each --memory size. The lines are the fixed English sentence sample of ../shared/data, repeated to the size asked
+(or --text's lines, on a machine without ../shared/data). --skip-embed and --skip-score leave those commands out;
 --startup-only prints the start-up alone, and each console command's --help beside it.
 """
 
@@ -26,7 +25,6 @@ import argparse
 import functools
 import multiprocessing
 import os
-import select
 import statistics
 import subprocess
 import sys
@@ -198,43 +196,6 @@ def write_rates(n: int, blocks: int = 25) -> list[float]:
     return rates
 
 
-def fork_seconds(n: int, tree: bool) -> float:
-    """Seconds until `n` forks of this process have all started: forked one after another by this process, as
-    the executor forks its workers, or in a tree, where each child forks half of what is left to it (this
-    process forks about log2(n) times). A fork copies the page tables of what the process holds (its texts)."""
-    ready, started = os.pipe()
-
-    def fork_range(lo: int, hi: int) -> list[int]:
-        pids = []
-        while lo < hi:
-            mid = (lo + hi) // 2 if tree else hi - 1  # the child forks mid + 1 .. hi - 1 itself
-            pid = os.fork()
-            if pid == 0:  # a child never returns into the benchmark, whatever happens
-                try:
-                    below = fork_range(mid + 1, hi)
-                    os.write(started, b"+")
-                    for child in below:
-                        os.waitpid(child, 0)
-                finally:
-                    os._exit(0)
-            pids.append(pid)
-            hi = mid
-        return pids
-
-    start = time.perf_counter()
-    pids, seen = fork_range(0, n), 0
-    while seen < n:
-        if not select.select([ready], [], [], 60)[0]:
-            raise RuntimeError(f"only {seen} of {n} forks started within a minute")
-        seen += len(os.read(ready, n))
-    took = time.perf_counter() - start
-    for pid in pids:
-        os.waitpid(pid, 0)
-    os.close(ready)
-    os.close(started)
-    return took
-
-
 def disk_rate(folder: Path, size: int) -> float:
     """Bytes/s of writing `size` bytes to a new file in `folder` and syncing them, as embed writes its output: the
     end-to-end limit whatever the cores (embed's output must be on disk before it is published)."""
@@ -262,18 +223,18 @@ returned = time.perf_counter()
 del rows
 freed = time.perf_counter()
 with workers.Workers(model, given=lines) as pool:
-    pool.start()
+    pool.start(wait=True)
     forked = time.perf_counter()
 print(len(lines) / (returned - start), freed - returned, forked - freed)
 """
 
 
 def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
-    """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s until it returns, embed's seconds before
-    its workers started and after they ended or None with one worker, the seconds that freeing encode's rows took,
-    and that forking encode's workers takes with its texts held) with `n` workers. The last round's outputs are
-    removed first, outside the clock: replacing a file of gigabytes frees its blocks in the rename (seconds, on a
-    disk mounted with discard), a cost of the old file, not of this run."""
+    """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s until it returns, embed's seconds before its
+    workers started and after they ended or None with one worker, the seconds that freeing encode's rows took, and
+    that starting encode's workers takes with its texts held, until each has said so) with `n` workers. The last
+    round's outputs are removed first, outside the clock: replacing a file of gigabytes frees its blocks in the
+    rename (seconds, on a disk mounted with discard), a cost of the old file, not of this run."""
     for old in (tmp / "out.npy", tmp / "out.tsv"):
         old.unlink(missing_ok=True)
     embed_s, parts = float("nan"), None
@@ -374,7 +335,7 @@ def main() -> None:
             if len(counts) > 1 and not np.isnan(each).any():
                 print(f"{name} speed-up of {counts[-1]} workers, each round: {', '.join(f'{x:.2f}x' for x in each)}")
         if args.encode:  # a caller frees the rows when done with them: apart from encode's clock, shown here
-            for k, what in ((4, "its rows freed after it returned"), (5, "its workers forked with its texts held")):
+            for k, what in ((4, "its rows freed after it returned"), (5, "its workers started with its texts held")):
                 each = (f"{n} workers {statistics.median(r[n][k] for r in rounds):.2f}" for n in counts)
                 print(f"encode, {what} (seconds, median): {', '.join(each)}")
             if len(counts) > 1:
@@ -389,10 +350,6 @@ def main() -> None:
         jobs = {n: job_processes(lines, n) for n in sorted({1, *counts})}
         for n in counts:
             print(f"| {n} | " + " | ".join(f"{x:,.0f} ({x / jobs[1][k]:.1f}x)" for k, x in enumerate(jobs[n])) + " |")
-        forks = [[fork_seconds(counts[-1], tree) for tree in (False, True)] for _ in range(3)]
-        print(f"\n{counts[-1]} forks of this process, holding {len(lines):,} texts (median of 3, seconds until all "
-              f"have started): one after another {statistics.median(f[0] for f in forks):.2f}, in a tree "
-              f"{statistics.median(f[1] for f in forks):.2f}")  # fmt: skip
         print("\nN processes at once writing 8 MiB blocks into memory files (memfd; GB/s): (a) into one shared file "
               "with pwrite, (b) into it through a shared mapping, (c) into files of their own with pwrite\n\n"
               "| processes | (a) | (b) | (c) |\n|---|---|---|---|")  # fmt: skip

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -349,3 +350,107 @@ def test_broken_closed_and_inherited_pools_each_give_one_clear_error(tiny_model)
                 os._exit(3 if "belongs to process" in str(e) else 2)
         assert os.waitpid(child, 0)[1] >> 8 == 3
         assert list(kept.map(square, range(4))) == [0, 1, 4, 9]
+
+
+def own_pid(model, job) -> int:
+    return os.getpid()
+
+
+def test_workers_are_forked_in_a_tree_and_all_end_with_the_pool(tiny_model):
+    """8 workers: the caller forks 4 of them (each child forks half of what is left to it), all 8 take jobs, and
+    closing the pool ends every one, those its workers forked too."""
+    with Workers(tiny_model, 8) as pool:
+        pool.start(wait=True)
+        pids = pool.pids()
+        assert len(set(pids)) == 8 and len(set(pids) & set(children(os.getpid()))) == 4
+        assert sorted(set(pool.map(own_pid, range(400)))) == sorted(pids)
+    assert [pid for pid in pids if alive(pid)] == []
+
+
+def test_a_killed_caller_ends_every_worker_of_the_tree(tmp_path):
+    """Workers forked by workers watch their own parent: a caller killed by SIGKILL leaves none of 8 alive."""
+    script = (
+        "import sys, time\nimport paraphrastic\nfrom paraphrastic.workers import Workers\n"
+        "pool = Workers(paraphrastic.load_encoder(), 8)\npool.start(wait=True)\n"
+        "print(*pool.pids(), flush=True)\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pids = [int(pid) for pid in proc.stdout.readline().split()]
+    assert len(pids) == 8 and all(alive(pid) for pid in pids)
+    proc.kill()
+    proc.wait()
+    for _ in range(50):  # up to 5 s: each level of the tree notices its parent's end within PARENT_POLL_S
+        if not [pid for pid in pids if alive(pid)]:
+            break
+        time.sleep(0.1)
+    assert [pid for pid in pids if alive(pid)] == []
+
+
+def test_a_map_left_early_leaves_nothing_for_the_next(tiny_model):
+    """Results of jobs still held when a map was left (an error, a break) are dropped as they come: the next map
+    of a kept pool gets its own results only."""
+    with Workers(tiny_model, 2) as pool:
+        results = pool.map(sleep_for, [0.0, 0.3, 0.3, 0.3])
+        assert next(results) == 0.0
+        results.close()  # three jobs still held by the workers
+        assert list(pool.map(square, range(10))) == [i * i for i in range(10)]
+
+
+def unpicklable(model, job):
+    return threading.Lock()
+
+
+def fails(model, job):
+    raise ValueError(f"job {job} failed")
+
+
+def test_a_job_error_or_a_result_that_cannot_be_sent_reaches_the_caller(tiny_model):
+    with Workers(tiny_model, 2) as pool:
+        with pytest.raises(ValueError, match="job 3 failed") as caught:
+            list(pool.map(fails, [3]))
+        assert "in fails" in str(caught.value.__cause__)  # where it failed in the worker
+        with pytest.raises(WorkerError, match="a job's result could not be sent back"):
+            list(pool.map(unpicklable, [1]))
+        assert list(pool.map(square, range(4))) == [0, 1, 4, 9]  # the pool still works
+
+
+def test_a_fork_that_fails_gives_one_clear_error_and_leaves_no_worker(tiny_model, monkeypatch):
+    """The caller's third fork fails (as when the process limit is reached): one error that says what to do, and
+    the workers already forked end with the pool."""
+    real, calls = os.fork, []
+
+    def fork():
+        calls.append(1)
+        if len(calls) == 3:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return real()
+
+    before = set(children(os.getpid()))
+    monkeypatch.setattr(os, "fork", fork)
+    with pytest.raises(WorkerError, match="could not start 8 worker processes .*: run with fewer --threads"):
+        Workers(tiny_model, 8).start()
+    assert set(children(os.getpid())) - before == set()
+
+
+def test_a_pool_closes_and_sees_a_death_while_another_pool_holds_copies_of_its_pipes(tiny_model):
+    """A pool started while another is open forks copies of the first pool's pipe ends into its workers: the first
+    still stops (its stop is a message, not the pipe's end), and a death in it is still seen at once (a pidfd)."""
+    first = Workers(tiny_model, 2)
+    first.start(wait=True)
+    with Workers(tiny_model, 2) as second:
+        second.start(wait=True)
+        closing = threading.Thread(target=first.close, daemon=True)
+        closing.start()
+        closing.join(5)  # a close that waited for the pipes' end would wait for `second` to close
+        assert not closing.is_alive() and not [pid for pid in first.pids() if alive(pid)]
+        broken = Workers(tiny_model, 2)
+        broken.start(wait=True)
+        with Workers(tiny_model, 2) as third:
+            third.start(wait=True)
+            os.kill(broken.pids()[0], signal.SIGKILL)
+            started = time.perf_counter()
+            with pytest.raises(WorkerError, match="a worker process died"):
+                list(broken.map(sleep_for, [0.5] * 8))
+            assert time.perf_counter() - started < 5
+            broken.close()
+        assert list(second.map(square, range(4))) == [0, 1, 4, 9]
