@@ -36,6 +36,7 @@ IN_FLIGHT = 2  # jobs per worker submitted ahead: one running, one queued
 PARENT_POLL_S = 0.5  # how often a worker checks that its parent lives
 WATCH_S = 1.0  # how often the caller, waiting on a job, looks at its workers
 STALL_S = 120.0  # workers that use no CPU for this long while a job waits are stuck (blocked, or hung)
+RECEIVE_S = 0.05  # the longest one thread takes in the workers' messages before another thread may
 STARTED = -1  # the number of a worker's first message, which says it started and gives its pid
 DIED = ("a worker process died (killed, or out of memory); nothing was written in place of the output (run again, "
         "with fewer --threads if memory is short; a kept pool must be started anew)")  # fmt: skip
@@ -248,6 +249,7 @@ class Workers:
         self.done: dict[int, tuple[bool, Any]] = {}  # results taken in and not yet yielded
         self.wanted: set[int] = set()  # numbers of the jobs whose results a map still waits for
         self.number, self.broken = 0, False
+        self.lock = threading.RLock()  # a pool may be used by several threads at once
 
     def map(self, fn: Callable[[Any, Any], Any], jobs: Iterable) -> Iterator:
         """fn(model, job) for each job, results in the order of the jobs, with at most IN_FLIGHT jobs per worker
@@ -261,17 +263,14 @@ class Workers:
             for job in jobs:
                 if len(order) >= IN_FLIGHT * self.size:
                     yield self._take(order.popleft())
-                self._wait(lambda: self._free() is not None)
-                worker = self._free()
-                self._send(worker, (self.number, fn, job))
-                order.append(self.number)
-                self.number += 1
+                order.append(self._submit(fn, job))
             while order:
                 yield self._take(order.popleft())
         finally:
-            for number in order:  # results no one will take: dropped as they come
-                self.wanted.discard(number)
-                self.done.pop(number, None)
+            with self.lock:
+                for number in order:  # results no one will take: dropped as they come
+                    self.wanted.discard(number)
+                    self.done.pop(number, None)
 
     def start(self, wait: bool = False) -> None:
         """Fork the workers now instead of at the first job, so that they start and warm up (`warm_up`) while the
@@ -284,8 +283,9 @@ class Workers:
                               "child: start a pool in the child (start_multi_process_pool)")  # fmt: skip
         if self.broken:
             raise WorkerError(DIED)
-        if self.size > 1 and not self.jobs:
-            self._launch()
+        with self.lock:
+            if self.size > 1 and not self.jobs:
+                self._launch()
         if wait and self.size > 1:
             self._wait(lambda: len(self.pid_of) == self.size)
 
@@ -317,20 +317,28 @@ class Workers:
         held = [(len(self.held[k]), k) for k in self.pid_of if len(self.held[k]) < most]
         return min(held)[1] if held else None
 
-    def _send(self, worker: int, job: tuple) -> None:
-        try:
-            self.jobs[worker].send(job)
-        except OSError:
-            self.broken = True
-            raise WorkerError(DIED) from None
-        self.held[worker].append(job[0])
-        self.wanted.add(job[0])
+    def _submit(self, fn: Callable, job: Any) -> int:
+        """Send fn(model, job) to a free worker (`_free`), once there is one, and give the job's number."""
+        while True:
+            with self.lock:
+                if (worker := self._free()) is not None:
+                    number, self.number = self.number, self.number + 1
+                    try:
+                        self.jobs[worker].send((number, fn, job))
+                    except OSError:
+                        self.broken = True
+                        raise WorkerError(DIED) from None
+                    self.held[worker].append(number)
+                    self.wanted.add(number)
+                    return number
+            self._wait(lambda: self._free() is not None)
 
     def _take(self, number: int) -> Any:
         """Job `number`'s result, or its error raised here."""
         self._wait(lambda: number in self.done)
-        self.wanted.discard(number)
-        ok, value = self.done.pop(number)
+        with self.lock:
+            self.wanted.discard(number)
+            ok, value = self.done.pop(number)
         if ok:
             return value
         error, where = value
@@ -368,7 +376,13 @@ class Workers:
         held: dict[int, float | None] = {}  # the workers stopped at the last look, with their CPU time then
         look = time.monotonic() + WATCH_S
         while not ready():
-            self._receive(max(0.0, look - time.monotonic()))
+            with self.lock:  # one thread at a time takes in what comes, for all (RECEIVE_S at most)
+                if self.closed:
+                    raise WorkerError(
+                        "this pool of worker processes was closed: start a new one (start_multi_process_pool)"
+                    )
+                if not ready():
+                    self._receive(min(RECEIVE_S, max(0.0, look - time.monotonic())))
             if ready() or time.monotonic() < look:
                 continue
             look = time.monotonic() + WATCH_S
@@ -396,8 +410,9 @@ class Workers:
     def close(self) -> None:
         """Stop the workers: each ends after the jobs it holds (their results are dropped), and the pool cannot be
         used again."""
-        self.closed = True
-        self._stop()
+        with self.lock:
+            self.closed = True
+            self._stop()
 
     def __enter__(self) -> Workers:
         return self

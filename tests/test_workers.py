@@ -454,3 +454,24 @@ def test_a_pool_closes_and_sees_a_death_while_another_pool_holds_copies_of_its_p
             assert time.perf_counter() - started < 5
             broken.close()
         assert list(second.map(square, range(4))) == [0, 1, 4, 9]
+
+
+def plus(model, job):
+    return job[0] + job[1]
+
+
+def test_threads_share_a_kept_pool(tiny_model):
+    """Four threads map over one kept pool at once, as a server's threads would: each gets its own results, in
+    order (one thread at a time takes in the workers' messages, for all)."""
+    got = {}
+    with Workers(tiny_model, 2) as pool:
+
+        def run(k):
+            got[k] = list(pool.map(plus, [(k * 1000, i) for i in range(300)]))
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert got == {k: [k * 1000 + i for i in range(300)] for k in range(4)}
