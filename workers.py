@@ -231,9 +231,9 @@ class RemoteTraceback(Exception):
 
 class Workers:
     """A pool of `size` worker processes holding `model` (default: `threads()`, which the commands set with
-    --threads) and `given` (read by jobs with `given()`); a context manager, reusable across calls until closed, in
-    the process that started it. Each worker has its own pipes: the caller sends a job to a started worker that
-    holds fewer than IN_FLIGHT, and takes results in as they come."""
+    --threads) and `given` (read by jobs with `given()`); a context manager, reusable across calls until closed, by
+    any thread of the process that started it. Each worker has its own pipes: the caller sends a job to a started
+    worker that holds fewer than IN_FLIGHT, and takes results in as they come."""
 
     def __init__(self, model, size: int | None = None, given: Any = None):
         self.model, self.given, self.owner, self.closed = model, given, os.getpid(), False
