@@ -5,18 +5,18 @@
 For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `paraphrastic-embed --threads N` on
 --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score --threads
 N` on as many pairs, and `model.encode` on --encode sentences with N workers (until it returns its rows; freeing
-them and starting its workers are printed apart); beside them the limit N x (sentencepiece alone on one thread, same
-lines), N processes of sentencepiece alone at once (what the machine's cores really give it), the fraction of the
-limit reached, and the speed-up over N = 1, each the median of --repeats rounds (and each round's own speed-up of
-the most workers), and the disk's own limit (writing and syncing the output's bytes, at most 2 GiB). Then N
-processes of a worker's own work at once (sentencepiece, pooling, the rows: what the cores give the whole job), its
-rows kept, written into one shared file as the workers write them, or written through a shared mapping of it, and
-kept with a smaller batch; and N processes writing blocks into memory files at once, into one file or files of their
-own, with pwrite or through a mapping. Then the start-up (the whole command on the 10-line example) and the peak
-anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of `paraphrastic-embed` on
-each --memory size. The lines are the fixed English sentence sample of ../shared/data, repeated to the size asked
-(or --text's lines, on a machine without ../shared/data). --skip-embed and --skip-score leave those commands out;
---startup-only prints the start-up alone, and each console command's --help beside it.
+them, starting its workers, and where their time went are printed apart); beside them the limit N x (sentencepiece
+alone on one thread, same lines), N processes of sentencepiece alone at once (what the machine's cores really give
+it), the fraction of the limit reached, and the speed-up over N = 1, each the median of --repeats rounds (and each
+round's own speed-up of the most workers), and the disk's own limit (writing and syncing the output's bytes, at most
+2 GiB). Then N processes of a worker's own work at once (sentencepiece, pooling, the rows: what the cores give the
+whole job), its rows kept, written into one shared file as the workers write them, or written through a shared
+mapping of it, and kept with a smaller batch; and N processes writing blocks into memory files at once, into one
+file or files of their own, with pwrite or through a mapping. Then the start-up (the whole command on the 10-line
+example) and the peak anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of
+`paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of ../shared/data,
+repeated to the size asked (or --text's lines, on a machine without ../shared/data). --skip-embed and --skip-score
+leave those commands out; --startup-only prints the start-up alone, and each console command's --help beside it.
 """
 
 from __future__ import annotations
@@ -212,27 +212,48 @@ def disk_rate(folder: Path, size: int) -> float:
 
 
 ENCODE = """
-import sys, time, torch
-from paraphrastic import models, workers
+import os, sys, time, torch
+from paraphrastic import models, static, workers
 lines = open(sys.argv[1], encoding="utf-8").read().splitlines()[: int(sys.argv[2])]
 torch.set_num_threads(int(sys.argv[3]))
 model = models.load_model()
-start = time.perf_counter()
+embed_job, pool_map, spans = static._embed_job, workers.Workers.map, []
+
+def timed_job(model, job):  # in a worker: when its job ran, by the clock every process shares
+    start = time.monotonic()
+    embed_job(model, job)
+    return os.getpid(), start, time.monotonic()
+
+def map_keeping(pool, fn, jobs):  # in the caller: each job's span, as it comes back
+    for result in pool_map(pool, fn, jobs):
+        spans.append(result)
+        yield result
+
+static._embed_job, workers.Workers.map = timed_job, map_keeping
+start = time.monotonic()
 rows = model.encode(lines)
-returned = time.perf_counter()
+returned = time.monotonic()
 del rows
-freed = time.perf_counter()
+freed = time.monotonic()
 with workers.Workers(model, given=lines) as pool:
     pool.start(wait=True)
-    forked = time.perf_counter()
-print(len(lines) / (returned - start), freed - returned, forked - freed)
+    forked = time.monotonic()
+last = {}
+for pid, _, end in spans:
+    last[pid] = max(end, last.get(pid, end))
+first = min((begin for _, begin, _ in spans), default=start) - start
+busy = sum(end - begin for _, begin, end in spans)
+spread = max(last.values()) - min(last.values()) if last else 0.0
+print(len(lines) / (returned - start), freed - returned, forked - freed, first, busy, spread)
 """
 
 
 def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s until it returns, embed's seconds before its
     workers started and after they ended or None with one worker, the seconds that freeing encode's rows took, and
-    that starting encode's workers takes with its texts held, until each has said so) with `n` workers. The last
+    that starting encode's workers takes with its texts held, until each has said so; then, of encode's jobs, the
+    seconds from its call to the first job's start, the seconds of all jobs together, and the seconds between the
+    first worker's last job ending and the last worker's: all 0 with one worker) with `n` workers. The last
     round's outputs are removed first, outside the clock: replacing a file of gigabytes frees its blocks in the
     rename (seconds, on a disk mounted with discard), a cost of the old file, not of this run."""
     for old in (tmp / "out.npy", tmp / "out.tsv"):
@@ -244,10 +265,10 @@ def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     score_s = float("nan") if args.skip_score else timed(
         [str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
          str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])[0]  # fmt: skip
-    encode, freed, forked = (float("nan"),) * 3 if not args.encode else map(float, subprocess.run(
+    encode = [float("nan")] * 6 if not args.encode else [float(x) for x in subprocess.run(
         [sys.executable, "-c", ENCODE, str(text), str(args.encode), str(n)], capture_output=True, text=True, check=True
-    ).stdout.split()[-3:])  # fmt: skip
-    return args.lines / embed_s, args.lines / score_s, encode, parts, freed, forked
+    ).stdout.split()[-6:]]  # fmt: skip
+    return args.lines / embed_s, args.lines / score_s, encode[0], parts, *encode[1:]
 
 
 COMMANDS = ["paraphrastic-embed", "paraphrastic-score", "paraphrastic-mine", "paraphrastic-evaluate",
@@ -343,6 +364,16 @@ def main() -> None:
                              + r[counts[-1]][4]) for r in rounds]  # fmt: skip
                 print(f"encode speed-up of {counts[-1]} workers with freeing its rows inside the clock, each round: "
                       + ", ".join(f"{x:.2f}x" for x in with_free))  # fmt: skip
+            one = statistics.median(args.encode / r[1][2] for r in rounds) if 1 in counts else None
+            print(
+                "encode's workers at work (medians): the first job's start after the call, all jobs' seconds "
+                "together (and over the one-thread run's seconds, where it ran), the last worker done after the first"
+            )
+            for n in (n for n in counts if n > 1):
+                first, busy, spread = (statistics.median(r[n][k] for r in rounds) for k in (6, 7, 8))
+                over = f" ({busy / one:.2f}x)" if one else ""
+                print(f"  {n} workers: first job after {first:.2f} s, jobs {busy:.1f} s{over}, last done {spread:.2f} s "
+                      "after the first")  # fmt: skip
         ways = ", ".join(f"({k + 1}) {way}" for k, way in enumerate(WAYS))
         print(f"\na worker's own job in N processes at once (sentences/s; {min(len(lines), 200_000):,} lines each, "
               f"one job's texts at a time), its rows {ways}:\n\n| workers | "

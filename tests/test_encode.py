@@ -82,3 +82,39 @@ def test_normalized_tensor_and_progress_bar(model, capsys):
 def test_a_bad_item_or_container_is_named(model, texts, message):
     with pytest.raises(TypeError, match=message):
         model.encode(texts)
+
+
+def test_one_thread_freezes_what_it_held_only_while_it_embeds(model, monkeypatch):
+    """A long embedding in the caller's own thread has collections skip the objects held before it (gc.freeze: a
+    full collection walks the caller's list of texts at every pass), and undoes it after, also on an error; where
+    objects were frozen already (a pre-forking server), they stay frozen, and nothing more is."""
+    import gc
+
+    seen, embed_here = [], type(model).embed_here
+
+    def watched(self, texts, *args, **kwargs):
+        seen.append(gc.get_freeze_count())
+        if texts[0] == "fail":
+            raise RuntimeError("failed while embedding")
+        return embed_here(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "embed_here", watched)
+    monkeypatch.setattr(static, "PARALLEL_MIN", 100)
+    workers.use_threads(1)
+    gc.unfreeze()  # what a command run earlier in this process froze (its main does)
+    try:
+        texts = list(stream(200))
+        model.encode(texts)
+        assert seen[-1] > 0 and gc.get_freeze_count() == 0
+        with pytest.raises(RuntimeError, match="failed while embedding"):
+            model.encode(["fail", *texts])
+        assert seen[-1] > 0 and gc.get_freeze_count() == 0
+        model.encode(texts[:50])  # too few to be worth it
+        assert seen[-1] == 0
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        model.encode(texts)
+        assert seen[-1] == frozen and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+        workers.use_threads(None)
