@@ -435,8 +435,9 @@ def check_texts(texts, items: bool = True, start: int = 0) -> None:
 def old_objects_frozen(texts: int) -> Iterator[None]:
     """While this process embeds `texts` texts (PARALLEL_MIN or more), garbage collections skip the objects it
     held before (gc.freeze, undone after). A full collection walks every object held, the caller's list of texts
-    too, at a cache miss per text, and a batch's allocations start a dozen of them for 1,000,000 texts: a tenth of
-    one thread's encode. Left alone where objects are frozen already (a worker, a pre-forking server)."""
+    too, at a cache miss per text, and the batches' allocations start a dozen of them for 1,000,000 texts: skipping
+    it makes one thread's encode 13% faster. Left alone where objects are frozen already (a worker, a pre-forking
+    server, a command's main)."""
     if texts < PARALLEL_MIN or gc.get_freeze_count():
         yield
         return
