@@ -37,6 +37,7 @@ PARENT_POLL_S = 0.5  # how often a worker checks that its parent lives
 WATCH_S = 1.0  # how often the caller, waiting on a job, looks at its workers
 STALL_S = 120.0  # workers that use no CPU for this long while a job waits are stuck (blocked, or hung)
 RECEIVE_S = 0.05  # the longest one thread takes in the workers' messages before another thread may
+CLOSED = "this pool of worker processes was closed: start a new one (start_multi_process_pool)"
 STARTED = -1  # the number of a worker's first message, which says it started and gives its pid
 DIED = ("a worker process died (killed, or out of memory); nothing was written in place of the output (run again, "
         "with fewer --threads if memory is short; a kept pool must be started anew)")  # fmt: skip
@@ -277,7 +278,7 @@ class Workers:
         caller still plans their jobs; `wait`: return once every worker has started. A pool closed, broken (a worker
         died) or another process's raises WorkerError."""
         if self.closed:
-            raise WorkerError("this pool of worker processes was closed: start a new one (start_multi_process_pool)")
+            raise WorkerError(CLOSED)
         if os.getpid() != self.owner:
             raise WorkerError(f"this pool of worker processes belongs to process {self.owner}, not to this forked "
                               "child: start a pool in the child (start_multi_process_pool)")  # fmt: skip
@@ -378,9 +379,7 @@ class Workers:
         while not ready():
             with self.lock:  # one thread at a time takes in what comes, for all (RECEIVE_S at most)
                 if self.closed:
-                    raise WorkerError(
-                        "this pool of worker processes was closed: start a new one (start_multi_process_pool)"
-                    )
+                    raise WorkerError(CLOSED)
                 if not ready():
                     self._receive(min(RECEIVE_S, max(0.0, look - time.monotonic())))
             if ready() or time.monotonic() < look:
