@@ -245,7 +245,8 @@ class Encoding:
         """embed_raw_text's rows. Unless `checked`, each text is checked to be a string: by the worker processes
         forked for these texts, each its own slice (a pass over millions of texts takes the caller seconds, time
         in which 16 workers would wait), else here first."""
-        here = not len(texts) or (pool is None and (len(texts) < PARALLEL_MIN or workers.threads() == 1))
+        one = pool.size == 1 if pool is not None else len(texts) < PARALLEL_MIN or workers.threads() == 1
+        here = not len(texts) or one
         forked = pool is None and not here and self.on_cpu
         if not (checked or forked):
             check_texts(texts)
@@ -253,9 +254,6 @@ class Encoding:
             with old_objects_frozen(len(texts)):
                 return self.embed_here(texts, batch_size, bar)
         with contextlib.nullcontext(pool) if pool is not None else Workers(self, given=texts) as team:
-            if team.size == 1:
-                with old_objects_frozen(len(texts)):
-                    return self.embed_here(texts, batch_size, bar)
             most = max(1, min(JOB_TEXTS, -(-len(texts) // team.size)))
             if not self.on_cpu:  # CPU workers tokenize, the device pools
                 cuts = text_slices(texts, most)
