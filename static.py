@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
-from paraphrastic import language, workers
+from paraphrastic import fileio, language, workers
 from paraphrastic.fileio import JOB_BYTES, NOT_REGULAR, ModelError, invalid_utf8_note, left_by_dead, write_npy_rows
 from paraphrastic.workers import Workers
 
@@ -124,6 +124,16 @@ def text_slices(texts: Sequence[str], most: int, chars: int | None = None) -> li
         out.append(slice(start, stop))
         start = stop
     return out
+
+
+def count_cuts(n: int, most: int, workers: int) -> list[slice]:
+    """Consecutive slices of `n` texts of `most` each, the last `workers` of them cut TAIL_SPLIT times finer: the
+    workers then end within a fraction of a job of each other, not a whole job (as embed's plan does)."""
+    cuts = [slice(i, min(i + most, n)) for i in range(0, n, most)]
+    if len(cuts) > workers:
+        fine, start = max(1, most // fileio.TAIL_SPLIT), cuts[-workers].start
+        cuts[-workers:] = [slice(i, min(i + fine, n)) for i in range(start, n, fine)]
+    return cuts
 
 
 def flatten(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -263,8 +273,7 @@ class Encoding:
             use_torch_for(len(texts) // team.size)  # before the fork: imported once for every worker
             # forked workers hold the texts: a job names its slice, cut by count (each worker's embed_here bounds
             # its batches' characters); a kept pool is sent its texts, in jobs bounded in characters too
-            cuts = [slice(i, min(i + most, len(texts))) for i in range(0, len(texts), most)] if forked else (
-                text_slices(texts, most))  # fmt: skip
+            cuts = count_cuts(len(texts), most, team.size) if forked else text_slices(texts, most)
             with shared_rows(len(texts), self.dim) as (path, out):  # the workers write their rows in place
                 jobs = ((cut if forked else texts[cut], batch_size, path, cut.start) for cut in cuts)
                 for _ in advancing(team.map(_embed_job, jobs), cuts, bar):

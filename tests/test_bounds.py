@@ -125,6 +125,15 @@ def test_a_plan_for_workers_ends_in_finer_blocks(tmp_path):
     assert sum(size for _, _, size, _ in plan) == path.stat().st_size
 
 
+def test_encode_s_jobs_for_workers_end_in_finer_cuts():
+    """encode's forked jobs, cut by count, end as embed's plan does: the last N jobs, one a worker, cut TAIL_SPLIT
+    times finer, covering the same texts in order."""
+    cuts = static.count_cuts(10_000, 400, workers=4)
+    assert [c.stop - c.start for c in cuts] == [400] * 21 + [100] * 16
+    assert [c.start for c in cuts] == [0, *(c.stop for c in cuts[:-1])] and cuts[-1].stop == 10_000
+    assert static.count_cuts(1_000, 400, workers=4) == [slice(0, 400), slice(400, 800), slice(800, 1_000)]
+
+
 def test_a_plan_in_parts_covers_the_same_lines_and_names_the_same_long_line(tmp_path, monkeypatch):
     """line_plan's threads each plan a part of the bytes cut at a line start: the blocks differ from one thread's at
     the cuts alone, so they hold the same lines in order, each within the budgets, numbered as one thread numbers
