@@ -11,12 +11,13 @@ it), the fraction of the limit reached, and the speed-up over N = 1, each the me
 round's own speed-up of the most workers), and the disk's own limit (writing and syncing the output's bytes, at most
 2 GiB). Then N processes of a worker's own work at once (sentencepiece, pooling, the rows: what the cores give the
 whole job), its rows kept, written into one shared file as the workers write them, or written through a shared
-mapping of it, and kept with a smaller batch; and N processes writing blocks into memory files at once, into one
-file or files of their own, with pwrite or through a mapping. Then the start-up (the whole command on the 10-line
-example) and the peak anonymous memory (Pss_Anon of the command and its workers, the output's file pages aside) of
-`paraphrastic-embed` on each --memory size. The lines are the fixed English sentence sample of ../shared/data,
-repeated to the size asked (or --text's lines, on a machine without ../shared/data). --skip-embed and --skip-score
-leave those commands out; --startup-only prints the start-up alone, and each console command's --help beside it.
+mapping of it, kept with a smaller batch, and kept, pooled from the int8 rows; and N processes writing blocks into
+memory files at once, into one file or files of their own, with pwrite or through a mapping. Then the start-up (the
+whole command on the 10-line example) and the peak anonymous memory (Pss_Anon of the command and its workers, the
+output's file pages aside) of `paraphrastic-embed` on each --memory size. The lines are the fixed English sentence
+sample of ../shared/data, repeated to the size asked (or --text's lines, on a machine without ../shared/data).
+--skip-embed and --skip-score leave those commands out; --startup-only prints the start-up alone, and each console
+command's --help beside it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from common import ROOT, children, cpu_name, english_sentences, machine_header, write_repeated
 
 import paraphrastic
@@ -133,13 +135,34 @@ def sentencepiece_processes(lines: list[str], n: int) -> float:
 
 
 WAYS = ("kept in its own memory", "written into one shared file (pwrite, as the workers do)",
-        "written through a shared mapping of that file", "kept, embedded 1,024 texts a batch (not 8,192)")  # fmt: skip
+        "written through a shared mapping of that file", "kept, embedded 1,024 texts a batch (not 8,192)",
+        "kept, pooled from the int8 rows (a quarter of the table's bytes)")  # fmt: skip
+
+
+def int8_pooling(model: models.SPModel) -> tuple:
+    """An `embed_tokens` for `model` (the shipped one) that pools from its file's int8 rows with torch's 8-bit row
+    kernel, and whether it gives the float table's bits on a sample. A row is int8 values times a bfloat16 scale,
+    exact in float32, so the sums match; the table it reads is 21 MB, not 82 MB."""
+    state = models._safe_load(models.existing_model(None))
+    q, scale = state["embedding"], state["embedding_scale"].float()
+    biased = (q.to(torch.int16) + 128).to(torch.uint8)  # the kernel's rows: uint8 times scale plus a bias
+    packed = torch.cat([biased, torch.cat([scale, -128 * scale], 1).view(torch.uint8)], 1).contiguous()
+
+    def embed_tokens(flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        bags = model.rows_and_offsets(flat, lengths)
+        sums = torch.ops.quantized.embedding_bag_byte_rowwise_offsets(packed, *bags, False, 0, False, None, None)
+        return (sums / bags.lengths()[:, None]).numpy()
+
+    sample = model.token_ids([f"{i} sentences, one of them the {i}th." for i in range(1_000)])
+    return embed_tokens, np.array_equal(embed_tokens(*sample), model.embed_tokens(*sample))
 
 
 def _embed_alone(model, sample: list[str], way: int, out: tuple, k: int) -> None:
     """As a worker, on one thread: embed `sample` one job's texts at a time, its rows at this process's place in
     the shared .npy `out` (path, array) as WAYS[way] says."""
     workers.use_threads(1)
+    if way == 4:
+        model.embed_tokens = out[2]
     for at in range(0, len(sample), static.JOB_TEXTS):
         rows = model.embed_here(sample[at : at + static.JOB_TEXTS], 1024 if way == 3 else 8192)
         row = k * len(sample) + at
@@ -155,10 +178,12 @@ def job_processes(lines: list[str], n: int) -> list[float]:
     sentencepiece_processes, what the pooling, the shared output and the batch's memory lose as cores are added."""
     sample, model = lines[:200_000], models.load_model()
     model.warm_up()  # what a first embedding loads is loaded before the fork, as in the workers
+    int8_tokens, _ = int8_pooling(model)
     rates = []
     for way in range(len(WAYS)):
         with static.shared_rows(n * len(sample), model.dim) as out:
-            rates.append(processes_rate(functools.partial(_embed_alone, model, sample, way, out), len(sample), n))
+            job = functools.partial(_embed_alone, model, sample, way, (*out, int8_tokens))
+            rates.append(processes_rate(job, len(sample), n))
     return rates
 
 
@@ -375,8 +400,10 @@ def main() -> None:
                 print(f"  {n} workers: first job after {first:.2f} s, jobs {busy:.1f} s{over}, last done {spread:.2f} s "
                       "after the first")  # fmt: skip
         ways = ", ".join(f"({k + 1}) {way}" for k, way in enumerate(WAYS))
+        same = int8_pooling(models.load_model())[1]
         print(f"\na worker's own job in N processes at once (sentences/s; {min(len(lines), 200_000):,} lines each, "
-              f"one job's texts at a time), its rows {ways}:\n\n| workers | "
+              f"one job's texts at a time), its rows {ways} ((5) gives the float table's bits: {same}):\n\n"
+              "| workers | "
               + " | ".join(f"({k + 1})" for k in range(len(WAYS))) + " |\n|---|" + "---|" * len(WAYS))  # fmt: skip
         jobs = {n: job_processes(lines, n) for n in sorted({1, *counts})}
         for n in counts:
