@@ -242,6 +242,10 @@ from paraphrastic import models, static, workers
 lines = open(sys.argv[1], encoding="utf-8").read().splitlines()[: int(sys.argv[2])]
 torch.set_num_threads(int(sys.argv[3]))
 model = models.load_model()
+if sys.argv[4:] == ["int8"]:  # pooled from the model file's int8 rows (bench_cores.int8_pooling)
+    sys.path.insert(0, os.path.dirname(sys.argv[5]))
+    from bench_cores import int8_pooling
+    model.embed_tokens = int8_pooling(model)[0]
 embed_job, pool_map, spans = static._embed_job, workers.Workers.map, []
 
 def timed_job(model, job):  # in a worker: when its job ran, by the clock every process shares
@@ -273,6 +277,15 @@ print(len(lines) / (returned - start), freed - returned, forked - freed, first, 
 """
 
 
+def encode_figures(n: int, text: Path, count: int, int8: bool = False) -> list[float]:
+    """ENCODE's six figures for `count` texts with `n` threads (cli_rates says which); `int8`: pooled from the model
+    file's int8 rows."""
+    extra = ["int8", __file__] if int8 else []
+    done = subprocess.run([sys.executable, "-c", ENCODE, str(text), str(count), str(n), *extra], capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    return [float(x) for x in done.stdout.split()[-6:]]
+
+
 def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s until it returns, embed's seconds before its
     workers started and after they ended or None with one worker, the seconds that freeing encode's rows took, and
@@ -290,9 +303,7 @@ def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     score_s = float("nan") if args.skip_score else timed(
         [str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
          str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])[0]  # fmt: skip
-    encode = [float("nan")] * 6 if not args.encode else [float(x) for x in subprocess.run(
-        [sys.executable, "-c", ENCODE, str(text), str(args.encode), str(n)], capture_output=True, text=True, check=True
-    ).stdout.split()[-6:]]  # fmt: skip
+    encode = encode_figures(n, text, args.encode) if args.encode else [float("nan")] * 6
     return args.lines / embed_s, args.lines / score_s, encode[0], parts, *encode[1:]
 
 
@@ -361,7 +372,11 @@ def main() -> None:
         print(f"the disk alone: {disk / 1e6:,.0f} MB/s writing and syncing {size / 2**30:.1f} GiB in the output's "
               f"folder, so at most {disk / row_bytes:,.0f} rows/s of {row_bytes} bytes, whatever the cores\n")  # fmt: skip
         counts = [int(n) for n in args.counts.split(",")] if args.counts else core_counts(args.cores)
-        rounds = [{n: cli_rates(n, text, pairs, tmp, args) for n in counts} for _ in range(args.repeats)]
+        rounds, int8 = [], []
+        for _ in range(args.repeats):  # each round: every count in turn, then the most workers pooling int8 rows
+            rounds.append({n: cli_rates(n, text, pairs, tmp, args) for n in counts})
+            if args.encode and len(counts) > 1:
+                int8.append(encode_figures(counts[-1], text, args.encode, int8=True)[0])
         print(f"each figure the median of {args.repeats} rounds, every round all worker counts in turn; a speed-up is "
               "the median of the rounds' own ratios to 1 worker\n")  # fmt: skip
         print(
@@ -389,6 +404,10 @@ def main() -> None:
                              + r[counts[-1]][4]) for r in rounds]  # fmt: skip
                 print(f"encode speed-up of {counts[-1]} workers with freeing its rows inside the clock, each round: "
                       + ", ".join(f"{x:.2f}x" for x in with_free))  # fmt: skip
+            if int8:
+                each = ", ".join(f"{x:,.0f} ({x / r[counts[-1]][2]:.2f}x)" for x, r in zip(int8, rounds, strict=True))
+                print(f"encode with {counts[-1]} workers pooling the model file's int8 rows (torch's 8-bit kernel, the "
+                      f"same bits), sentences/s and over the float table's rate in the same round: {each}")  # fmt: skip
             one = statistics.median(args.encode / r[1][2] for r in rounds) if 1 in counts else None
             print(
                 "encode's workers at work (medians): the first job's start after the call, all jobs' seconds "
