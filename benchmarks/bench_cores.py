@@ -377,6 +377,10 @@ def main() -> None:
             rounds.append({n: cli_rates(n, text, pairs, tmp, args) for n in counts})
             if args.encode and len(counts) > 1:
                 int8.append(encode_figures(counts[-1], text, args.encode, int8=True)[0])
+            done = {n: ", ".join(f"{name} {x:,.0f}" for name, x in zip(("embed", "score", "encode"), rates[:3],
+                    strict=True) if not np.isnan(x)) for n, rates in rounds[-1].items()}  # fmt: skip
+            print(f"round {len(rounds)} (sentences/s): " + "; ".join(f"{n} workers: {x}" for n, x in done.items())
+                  + (f"; encode pooling int8 rows, {counts[-1]} workers: {int8[-1]:,.0f}" if int8 else ""), flush=True)  # fmt: skip
         print(f"each figure the median of {args.repeats} rounds, every round all worker counts in turn; a speed-up is "
               "the median of the rounds' own ratios to 1 worker\n")  # fmt: skip
         print(
