@@ -611,11 +611,15 @@ def write_npy_rows(path: str | os.PathLike, row: int, vectors: np.ndarray) -> No
         shape, fortran, dtype = header(f)
         if fortran or len(shape) != 2 or row + len(vectors) > shape[0]:
             raise ValueError(f"{path}: rows {row}..{row + len(vectors)} do not fit its {shape} array")
-        data = memoryview(np.ascontiguousarray(vectors, dtype=dtype)).cast("B")
-        at = f.tell() + row * shape[1] * dtype.itemsize
-        while data:  # a regular file takes it all at once, short of a signal or a full disk
-            written = os.pwrite(f.fileno(), data, at)
-            data, at = data[written:], at + written
+        write_at(f.fileno(), np.ascontiguousarray(vectors, dtype=dtype), f.tell() + row * shape[1] * dtype.itemsize)
+
+
+def write_at(fd: int, array: np.ndarray, at: int) -> None:
+    """Write a C-contiguous array's bytes at byte `at` of an open file, with one positioned write where it can."""
+    data = memoryview(array).cast("B")
+    while data:  # a regular file takes it all at once, short of a signal or a full disk
+        written = os.pwrite(fd, data, at)
+        data, at = data[written:], at + written
 
 
 def check_room(path: str | os.PathLike, needed: int) -> None:

@@ -10,14 +10,14 @@ alone on one thread, same lines), N processes of sentencepiece alone at once (wh
 it), the fraction of the limit reached, and the speed-up over N = 1, each the median of --repeats rounds (and each
 round's own speed-up of the most workers), and the disk's own limit (writing and syncing the output's bytes, at most
 2 GiB). Then N processes of a worker's own work at once (sentencepiece, pooling, the rows: what the cores give the
-whole job), its rows kept, written into one shared file as the workers write them, or written through a shared
-mapping of it, kept with a smaller batch, and kept, pooled from the int8 rows; and N processes writing blocks into
-memory files at once, into one file or files of their own, with pwrite or through a mapping. Then the start-up (the
-whole command on the 10-line example) and the peak anonymous memory (Pss_Anon of the command and its workers, the
-output's file pages aside) of `paraphrastic-embed` on each --memory size. The lines are the fixed English sentence
-sample of ../shared/data, repeated to the size asked (or --text's lines, on a machine without ../shared/data).
---skip-embed and --skip-score leave those commands out; --startup-only prints the start-up alone, and each console
-command's --help beside it.
+whole job), its rows kept, written into a file of each job's own as the workers write them, or into one shared file
+as they wrote before, kept with a smaller batch, and kept, pooled from the int8 rows; and N processes writing blocks
+into memory files at once, into one file or files of their own, with pwrite or through a mapping. Then the start-up
+(the whole command on the 10-line example) and the peak anonymous memory (Pss_Anon of the command and its workers,
+the output's file pages aside) of `paraphrastic-embed` on each --memory size. The lines are the fixed English
+sentence sample of ../shared/data, repeated to the size asked (or --text's lines, on a machine without
+../shared/data). --skip-embed and --skip-score leave those commands out; --startup-only prints the start-up alone,
+and each console command's --help beside it.
 """
 
 from __future__ import annotations
@@ -134,8 +134,9 @@ def sentencepiece_processes(lines: list[str], n: int) -> float:
     return processes_rate(lambda _: tokenize_seconds(tokenizer, sample), len(sample), n)
 
 
-WAYS = ("kept in its own memory", "written into one shared file (pwrite, as the workers do)",
-        "written through a shared mapping of that file", "kept, embedded 1,024 texts a batch (not 8,192)",
+WAYS = ("kept in its own memory", "written into a memory file of the job's own (pwrite, as the workers do)",
+        "written into one memory file all share (pwrite, as the workers did before)",
+        "kept, embedded 1,024 texts a batch (not 8,192)",
         "kept, pooled from the int8 rows (a quarter of the table's bytes)")  # fmt: skip
 
 
@@ -157,19 +158,19 @@ def int8_pooling(model: models.SPModel) -> tuple:
     return embed_tokens, np.array_equal(embed_tokens(*sample), model.embed_tokens(*sample))
 
 
-def _embed_alone(model, sample: list[str], way: int, out: tuple, k: int) -> None:
-    """As a worker, on one thread: embed `sample` one job's texts at a time, its rows at this process's place in
-    the shared .npy `out` (path, array) as WAYS[way] says."""
+def _embed_alone(model, sample: list[str], way: int, shared: tuple, k: int) -> None:
+    """As a worker, on one thread: embed `sample` one job's texts at a time, its rows as WAYS[way] says (`shared`:
+    the memory file all share, and the int8 pooling's `embed_tokens`). A job's own file stays open, as a worker's
+    does until the caller has placed its rows."""
     workers.use_threads(1)
     if way == 4:
-        model.embed_tokens = out[2]
+        model.embed_tokens = shared[1]
     for at in range(0, len(sample), static.JOB_TEXTS):
         rows = model.embed_here(sample[at : at + static.JOB_TEXTS], 1024 if way == 3 else 8192)
-        row = k * len(sample) + at
         if way == 1:
-            fileio.write_npy_rows(out[0], row, rows)
+            fileio.write_at(os.memfd_create("bench-cores"), rows, 0)
         elif way == 2:
-            out[1][row : row + len(rows)] = rows
+            fileio.write_at(shared[0], rows, (k * len(sample) + at) * rows.shape[1] * 4)
 
 
 def job_processes(lines: list[str], n: int) -> list[float]:
@@ -181,9 +182,12 @@ def job_processes(lines: list[str], n: int) -> list[float]:
     int8_tokens, _ = int8_pooling(model)
     rates = []
     for way in range(len(WAYS)):
-        with static.shared_rows(n * len(sample), model.dim) as out:
-            job = functools.partial(_embed_alone, model, sample, way, (*out, int8_tokens))
+        shared = os.memfd_create("bench-cores")
+        try:
+            job = functools.partial(_embed_alone, model, sample, way, (shared, int8_tokens))
             rates.append(processes_rate(job, len(sample), n))
+        finally:
+            os.close(shared)
     return rates
 
 

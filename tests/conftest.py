@@ -71,12 +71,14 @@ CARD = ROOT / "data" / "models" / "README.md"
 
 
 def open_rows_files() -> list[str]:
-    """This process's open files that are encode's shared rows (a memfd shows as "/memfd:NAME (deleted)")."""
+    """This process's open files and mapped files that are encode's rows (a memfd shows as "/memfd:NAME (deleted)")."""
     found = []
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
             found.append(os.readlink(f"/proc/self/fd/{fd}"))
-    return [link for link in found if static.SHARED_ROWS in link]
+    with open("/proc/self/maps") as maps:
+        found += [line.split(maxsplit=5)[-1] for line in maps]
+    return [name for name in found if static.SHARED_ROWS in name]
 
 
 def stated_figure(name: str) -> float:

@@ -1,4 +1,4 @@
-"""Nothing left behind: shared rows are a memory file with no name (or, without memfd, carry their process id),
+"""Nothing left behind: encode's rows are memory files with no name (or, without memfd, carry their process id),
 training temporaries carry their process id and are removed by the next run once their owner is dead; a bad
 --device is a usage error, never a traceback."""
 
@@ -21,30 +21,74 @@ def dead_pid() -> int:
     return proc.pid
 
 
+def write_as_a_worker(path: str, at: int, rows: np.ndarray) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        static.write_at(fd, rows, at)
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="a system without memfd")
-def test_shared_rows_are_a_memory_file_with_no_name_that_ends_with_its_array():
-    """The workers' shared rows need no folder (a container's /dev/shm holds 64 MB) and leave nothing to clean up:
-    after the block its rows live on in the array alone, and the memory goes with it."""
-    with static.shared_rows(10, 4) as (path, rows):
-        assert str(path).startswith(f"/proc/{os.getpid()}/fd/") and rows.shape == (10, 4)
-        static.write_npy_rows(path, 3, np.full((2, 4), 7, np.float32))  # as a worker writes, by name
-    assert not path.exists() and rows[3:5].tolist() == [[7.0] * 4] * 2 and not rows[:3].any()
-    assert open_rows_files() != []  # the array's own mapping
-    del rows
+def test_placed_rows_are_memory_files_with_no_name_that_end_with_their_array():
+    """Each job's rows are a memory file that needs no folder (a container's /dev/shm holds 64 MB): once placed,
+    its rows live on in the array alone, and the memory goes with it."""
+    with static.PlacedRows(10, 4) as rows:
+        path, at = rows.job_file(3)
+        assert path.startswith(f"/proc/{os.getpid()}/fd/") and at == 3 * 16 and rows.array.shape == (10, 4)
+        write_as_a_worker(path, at, np.full((2, 4), 7, np.float32))  # by name, as a worker writes
+        rows.place(slice(3, 5))
+        assert not os.path.exists(path)
+        unplaced, _ = rows.job_file(5)
+    assert not os.path.exists(unplaced)  # the block closes a job's file that never came back
+    out = rows.array
+    assert out[3:5].tolist() == [[7.0] * 4] * 2 and not out[:3].any() and not out[5:].any()
+    del rows, out
     assert open_rows_files() == []
 
 
-def test_without_memfd_shared_rows_of_a_dead_process_are_removed_by_the_next_call(tmp_path, monkeypatch):
+@pytest.mark.parametrize("dim", [1, 3, 256, 1024, 1500])
+def test_rows_are_placed_whatever_the_jobs_bounds_and_order(dim):
+    """Jobs cut anywhere, a page shared by two jobs or one job inside a page, placed in any order: the array holds
+    every row as written, and it is an ordinary array (writable, freed whole)."""
+    rng = np.random.default_rng(dim)
+    want = rng.standard_normal((3000, dim)).astype(np.float32)
+    bounds = np.unique(np.concatenate([[0, 1, 2, 3000], rng.integers(0, 3000, 40)]))
+    cuts = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    with static.PlacedRows(len(want), dim) as rows:
+        for cut in cuts:
+            write_as_a_worker(*rows.job_file(cut.start), want[cut])
+        for k in rng.permutation(len(cuts)):
+            rows.place(cuts[k])
+    out = rows.array
+    assert out.tobytes() == want.tobytes()
+    out *= 2
+    assert np.array_equal(out, want * 2)
+
+
+def test_a_job_file_not_all_written_is_an_error_not_a_fault():
+    with static.PlacedRows(4096, 4) as rows:
+        path, at = rows.job_file(0)
+        write_as_a_worker(path, at, np.ones((100, 4), np.float32))
+        with pytest.raises(OSError, match="rows 0..4096 were not all written"):
+            rows.place(slice(0, 4096))
+
+
+def test_without_memfd_job_files_of_a_dead_process_are_removed_by_the_next_call(tmp_path, monkeypatch):
     monkeypatch.delattr(os, "memfd_create", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    stale = tmp_path / f"{static.SHARED_ROWS}.{dead_pid()}.abcdefgh.npy"
+    stale = tmp_path / f"{static.SHARED_ROWS}.{dead_pid()}.abcdefgh"
     stale.write_bytes(b"rows of a killed encode")
-    other = tmp_path / f"{static.SHARED_ROWS}.notapid.npy"
+    other = tmp_path / f"{static.SHARED_ROWS}.notapid"
     other.write_bytes(b"")
-    with static.shared_rows(10, 4) as (path, rows):
-        assert path.name.startswith(f"{static.SHARED_ROWS}.{os.getpid()}.") and rows.shape == (10, 4)
+    with static.PlacedRows(10, 4) as rows:
         assert not stale.exists() and other.exists()
-    assert not path.exists()
+        path, at = rows.job_file(2)
+        assert os.path.basename(path).startswith(f"{static.SHARED_ROWS}.{os.getpid()}.")
+        write_as_a_worker(path, at, np.full((8, 4), 5, np.float32))
+        rows.place(slice(2, 10))
+        assert not os.path.exists(path)
+    assert rows.array[2:].tolist() == [[5.0] * 4] * 8
 
 
 def test_training_on_a_one_column_file_leaves_no_temporary(tmp_path, capsys):
