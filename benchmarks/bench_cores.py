@@ -5,19 +5,20 @@
 For 1, 2, 4, ... up to the machine's cores, with the shipped English model: `paraphrastic-embed --threads N` on
 --lines lines (wall clock of the whole command: start-up, reading, the written .npy), `paraphrastic-score --threads
 N` on as many pairs, and `model.encode` on --encode sentences with N workers (until it returns its rows; freeing
-them, starting its workers, and where their time went are printed apart); beside them the limit N x (sentencepiece
-alone on one thread, same lines), N processes of sentencepiece alone at once (what the machine's cores really give
-it), the fraction of the limit reached, and the speed-up over N = 1, each the median of --repeats rounds (and each
-round's own speed-up of the most workers), and the disk's own limit (writing and syncing the output's bytes, at most
-2 GiB). Then N processes of a worker's own work at once (sentencepiece, pooling, the rows: what the cores give the
-whole job), its rows kept, written into a file of each job's own as the workers write them, or into one shared file
-as they wrote before, kept with a smaller batch, and kept, pooled from the int8 rows; and N processes writing blocks
-into memory files at once, into one file or files of their own, with pwrite or through a mapping. Then the start-up
-(the whole command on the 10-line example) and the peak anonymous memory (Pss_Anon of the command and its workers,
-the output's file pages aside) of `paraphrastic-embed` on each --memory size. The lines are the fixed English
-sentence sample of ../shared/data, repeated to the size asked (or --text's lines, on a machine without
-../shared/data). --skip-embed and --skip-score leave those commands out; --startup-only prints the start-up alone,
-and each console command's --help beside it.
+them, starting its workers, and where their time went are printed apart, and each round ends with encode at the most
+workers pooling the model file's int8 rows); beside them the limit N x (sentencepiece alone on one thread, same
+lines), N processes of sentencepiece alone at once (what the machine's cores really give it), the fraction of the
+limit reached, and the speed-up over N = 1, each the median of --repeats rounds (each round printed as it ends, and
+each round's own speed-up of the most workers). Before the rounds: the disk's own limit (writing and syncing the
+output's bytes, at most 2 GiB), N processes of a worker's own work at once (sentencepiece, pooling, the rows: what
+the cores give the whole job), its rows kept, written into a file of each job's own as the workers write them, or
+into one shared file as they wrote before, kept with a smaller batch, and kept, pooled from the int8 rows; and N
+processes writing blocks into memory files at once, into one file or files of their own, with pwrite or through a
+mapping. After them, the start-up (the whole command on the 10-line example) and the peak anonymous memory (Pss_Anon
+of the command and its workers, the output's file pages aside) of `paraphrastic-embed` on each --memory size. The
+lines are the fixed English sentence sample of ../shared/data, repeated to the size asked (or --text's lines, on a
+machine without ../shared/data). --skip-embed and --skip-score leave those commands out; --startup-only prints the
+start-up alone, and each console command's --help beside it.
 """
 
 from __future__ import annotations
@@ -376,6 +377,22 @@ def main() -> None:
         print(f"the disk alone: {disk / 1e6:,.0f} MB/s writing and syncing {size / 2**30:.1f} GiB in the output's "
               f"folder, so at most {disk / row_bytes:,.0f} rows/s of {row_bytes} bytes, whatever the cores\n")  # fmt: skip
         counts = [int(n) for n in args.counts.split(",")] if args.counts else core_counts(args.cores)
+        # the short tables first: a run cut off by a device call's limit loses rounds, each printed as it ends
+        ways = ", ".join(f"({k + 1}) {way}" for k, way in enumerate(WAYS))
+        same = int8_pooling(models.load_model())[1]
+        print(f"a worker's own job in N processes at once (sentences/s; {min(len(lines), 200_000):,} lines each, "
+              f"one job's texts at a time), its rows {ways} ((5) gives the float table's bits: {same}):\n\n"
+              "| workers | "
+              + " | ".join(f"({k + 1})" for k in range(len(WAYS))) + " |\n|---|" + "---|" * len(WAYS))  # fmt: skip
+        jobs = {n: job_processes(lines, n) for n in sorted({1, *counts})}
+        for n in counts:
+            print(f"| {n} | " + " | ".join(f"{x:,.0f} ({x / jobs[1][k]:.1f}x)" for k, x in enumerate(jobs[n])) + " |")
+        print("\nN processes at once writing 8 MiB blocks into memory files (memfd; GB/s): (a) into one shared file "
+              "with pwrite, (b) into it through a shared mapping, (c) into files of their own with pwrite\n\n"
+              "| processes | (a) | (b) | (c) |\n|---|---|---|---|")  # fmt: skip
+        for n in sorted({1, *counts}):
+            print(f"| {n} | " + " | ".join(f"{x / 1e9:.2f}" for x in write_rates(n)) + " |")
+        print()
         rounds, int8 = [], []
         for _ in range(args.repeats):  # each round: every count in turn, then the most workers pooling int8 rows
             rounds.append({n: cli_rates(n, text, pairs, tmp, args) for n in counts})
@@ -426,20 +443,6 @@ def main() -> None:
                 over = f" ({busy / one:.2f}x)" if one else ""
                 print(f"  {n} workers: first job after {first:.2f} s, jobs {busy:.1f} s{over}, last done {spread:.2f} s "
                       "after the first")  # fmt: skip
-        ways = ", ".join(f"({k + 1}) {way}" for k, way in enumerate(WAYS))
-        same = int8_pooling(models.load_model())[1]
-        print(f"\na worker's own job in N processes at once (sentences/s; {min(len(lines), 200_000):,} lines each, "
-              f"one job's texts at a time), its rows {ways} ((5) gives the float table's bits: {same}):\n\n"
-              "| workers | "
-              + " | ".join(f"({k + 1})" for k in range(len(WAYS))) + " |\n|---|" + "---|" * len(WAYS))  # fmt: skip
-        jobs = {n: job_processes(lines, n) for n in sorted({1, *counts})}
-        for n in counts:
-            print(f"| {n} | " + " | ".join(f"{x:,.0f} ({x / jobs[1][k]:.1f}x)" for k, x in enumerate(jobs[n])) + " |")
-        print("\nN processes at once writing 8 MiB blocks into memory files (memfd; GB/s): (a) into one shared file "
-              "with pwrite, (b) into it through a shared mapping, (c) into files of their own with pwrite\n\n"
-              "| processes | (a) | (b) | (c) |\n|---|---|---|---|")  # fmt: skip
-        for n in sorted({1, *counts}):
-            print(f"| {n} | " + " | ".join(f"{x / 1e9:.2f}" for x in write_rates(n)) + " |")
         if not args.skip_embed:
             print("\nembed's run in parts (medians, seconds): before its workers start (start-up), with them "
                   "(planning the input as they start, the rows, publishing the output), after they end\n\n"
