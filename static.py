@@ -474,12 +474,7 @@ def _embed_job(model: Encoding, job: tuple[Sequence[str] | slice, int, str, int]
     if isinstance(texts, slice):  # of the caller's texts, which this worker holds since its fork, unchecked
         start, texts = texts.start, workers.given()[texts]
         check_texts(texts, start=start)
-    rows = model.embed_here(texts, batch_size)
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        write_at(fd, rows, at)
-    finally:
-        os.close(fd)
+    PlacedRows.write(path, at, model.embed_here(texts, batch_size))
 
 
 def _tokens_job(model: Encoding, job: tuple[Sequence[str], int]) -> tuple[np.ndarray, np.ndarray]:
@@ -516,6 +511,15 @@ class PlacedRows:
             fd, path = tempfile.mkstemp(prefix=f"{SHARED_ROWS}.{os.getpid()}.", dir=tempfile.gettempdir())
         self.files[start] = (fd, path)
         return path, start * self.row_bytes % mmap.PAGESIZE
+
+    @staticmethod
+    def write(path: str, at: int, rows: np.ndarray) -> None:
+        """A worker's part: write a job's float32 rows into its file, by name, at `at` (what `job_file` gave)."""
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            write_at(fd, np.ascontiguousarray(rows, dtype=np.float32), at)
+        finally:
+            os.close(fd)
 
     def place(self, cut: slice) -> None:
         """Put the rows of `cut`, written into its job's file, in place in the array, and close the file."""

@@ -21,14 +21,6 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def write_as_a_worker(path: str, at: int, rows: np.ndarray) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        static.write_at(fd, rows, at)
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="a system without memfd")
 def test_placed_rows_are_memory_files_with_no_name_that_end_with_their_array():
     """Each job's rows are a memory file that needs no folder (a container's /dev/shm holds 64 MB): once placed,
@@ -36,7 +28,7 @@ def test_placed_rows_are_memory_files_with_no_name_that_end_with_their_array():
     with static.PlacedRows(10, 4) as rows:
         path, at = rows.job_file(3)
         assert path.startswith(f"/proc/{os.getpid()}/fd/") and at == 3 * 16 and rows.array.shape == (10, 4)
-        write_as_a_worker(path, at, np.full((2, 4), 7, np.float32))  # by name, as a worker writes
+        static.PlacedRows.write(path, at, np.full((2, 4), 7, np.float32))  # by name, as a worker writes
         rows.place(slice(3, 5))
         assert not os.path.exists(path)
         unplaced, _ = rows.job_file(5)
@@ -57,7 +49,7 @@ def test_rows_are_placed_whatever_the_jobs_bounds_and_order(dim):
     cuts = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     with static.PlacedRows(len(want), dim) as rows:
         for cut in cuts:
-            write_as_a_worker(*rows.job_file(cut.start), want[cut])
+            static.PlacedRows.write(*rows.job_file(cut.start), want[cut])
         for k in rng.permutation(len(cuts)):
             rows.place(cuts[k])
     out = rows.array
@@ -69,7 +61,7 @@ def test_rows_are_placed_whatever_the_jobs_bounds_and_order(dim):
 def test_a_job_file_not_all_written_is_an_error_not_a_fault():
     with static.PlacedRows(4096, 4) as rows:
         path, at = rows.job_file(0)
-        write_as_a_worker(path, at, np.ones((100, 4), np.float32))
+        static.PlacedRows.write(path, at, np.ones((100, 4), np.float32))
         with pytest.raises(OSError, match="rows 0..4096 were not all written"):
             rows.place(slice(0, 4096))
 
@@ -85,7 +77,7 @@ def test_without_memfd_job_files_of_a_dead_process_are_removed_by_the_next_call(
         assert not stale.exists() and other.exists()
         path, at = rows.job_file(2)
         assert os.path.basename(path).startswith(f"{static.SHARED_ROWS}.{os.getpid()}.")
-        write_as_a_worker(path, at, np.full((8, 4), 5, np.float32))
+        static.PlacedRows.write(path, at, np.full((8, 4), 5, np.float32))
         rows.place(slice(2, 10))
         assert not os.path.exists(path)
     assert rows.array[2:].tolist() == [[5.0] * 4] * 8
