@@ -278,25 +278,27 @@ for pid, _, end in spans:
 first = min((begin for _, begin, _ in spans), default=start) - start
 busy = sum(end - begin for _, begin, end in spans)
 spread = max(last.values()) - min(last.values()) if last else 0.0
-print(len(lines) / (returned - start), freed - returned, forked - freed, first, busy, spread)
+ended = returned - max(last.values(), default=returned)  # the last rows placed, the workers stopped and waited for
+print(len(lines) / (returned - start), freed - returned, forked - freed, first, busy, spread, ended)
 """
 
 
 def encode_figures(n: int, text: Path, count: int, int8: bool = False) -> list[float]:
-    """ENCODE's six figures for `count` texts with `n` threads (cli_rates says which); `int8`: pooled from the model
-    file's int8 rows."""
+    """ENCODE's seven figures for `count` texts with `n` threads (cli_rates says which); `int8`: pooled from the
+    model file's int8 rows."""
     extra = ["int8", __file__] if int8 else []
     done = subprocess.run([sys.executable, "-c", ENCODE, str(text), str(count), str(n), *extra], capture_output=True,
                           text=True, check=True)  # fmt: skip
-    return [float(x) for x in done.stdout.split()[-6:]]
+    return [float(x) for x in done.stdout.split()[-7:]]
 
 
 def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     """(embed CLI sentences/s, score CLI pairs/s, model.encode sentences/s until it returns, embed's seconds before its
     workers started and after they ended or None with one worker, the seconds that freeing encode's rows took, and
     that starting encode's workers takes with its texts held, until each has said so; then, of encode's jobs, the
-    seconds from its call to the first job's start, the seconds of all jobs together, and the seconds between the
-    first worker's last job ending and the last worker's: all 0 with one worker) with `n` workers. The last
+    seconds from its call to the first job's start, the seconds of all jobs together, the seconds between the
+    first worker's last job ending and the last worker's, and from the last job's end to encode's return: all 0
+    with one worker) with `n` workers. The last
     round's outputs are removed first, outside the clock: replacing a file of gigabytes frees its blocks in the
     rename (seconds, on a disk mounted with discard), a cost of the old file, not of this run."""
     for old in (tmp / "out.npy", tmp / "out.tsv"):
@@ -308,7 +310,7 @@ def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     score_s = float("nan") if args.skip_score else timed(
         [str(BIN / "paraphrastic-score"), "--sentence-pair-file", str(pairs), "--output-file",
          str(tmp / "out.tsv"), "--threads", str(n), "--quiet"])[0]  # fmt: skip
-    encode = encode_figures(n, text, args.encode) if args.encode else [float("nan")] * 6
+    encode = encode_figures(n, text, args.encode) if args.encode else [float("nan")] * 7
     return args.lines / embed_s, args.lines / score_s, encode[0], parts, *encode[1:]
 
 
@@ -436,13 +438,14 @@ def main() -> None:
             one = statistics.median(args.encode / r[1][2] for r in rounds) if 1 in counts else None
             print(
                 "encode's workers at work (medians): the first job's start after the call, all jobs' seconds "
-                "together (and over the one-thread run's seconds, where it ran), the last worker done after the first"
+                "together (and over the one-thread run's seconds, where it ran), the last worker done after the first, "
+                "encode's return after the last job's end (its last rows placed, its workers stopped)"
             )
             for n in (n for n in counts if n > 1):
-                first, busy, spread = (statistics.median(r[n][k] for r in rounds) for k in (6, 7, 8))
+                first, busy, spread, ended = (statistics.median(r[n][k] for r in rounds) for k in (6, 7, 8, 9))
                 over = f" ({busy / one:.2f}x)" if one else ""
                 print(f"  {n} workers: first job after {first:.2f} s, jobs {busy:.1f} s{over}, last done {spread:.2f} s "
-                      "after the first")  # fmt: skip
+                      f"after the first, returned {ended:.2f} s after the last job's end")  # fmt: skip
         if not args.skip_embed:
             print("\nembed's run in parts (medians, seconds): before its workers start (start-up), with them "
                   "(planning the input as they start, the rows, publishing the output), after they end\n\n"
