@@ -174,13 +174,12 @@ def _embed_alone(model, sample: list[str], way: int, shared: tuple, k: int) -> N
             fileio.write_at(shared[0], rows, (k * len(sample) + at) * rows.shape[1] * 4)
 
 
-def job_processes(lines: list[str], n: int) -> list[float]:
-    """Sentences/s of `n` processes each embedding the same lines in itself with the model `model.encode` is timed
-    on, all at once (a worker's own work: sentencepiece, pooling, the rows), once for each of WAYS: beside
-    sentencepiece_processes, what the pooling, the shared output and the batch's memory lose as cores are added."""
-    sample, model = lines[:200_000], models.load_model()
-    model.warm_up()  # what a first embedding loads is loaded before the fork, as in the workers
-    int8_tokens, _ = int8_pooling(model)
+def job_processes(lines: list[str], n: int, model: models.SPModel, int8_tokens) -> list[float]:
+    """Sentences/s of `n` processes each embedding the same lines in itself with `model` (the one `model.encode` is
+    timed on, warmed up before the fork as in the workers; `int8_tokens`: its int8 pooling), all at once (a
+    worker's own work: sentencepiece, pooling, the rows), once for each of WAYS: beside sentencepiece_processes,
+    what the pooling, the shared output and the batch's memory lose as cores are added."""
+    sample = lines[:200_000]
     rates = []
     for way in range(len(WAYS)):
         shared = os.memfd_create("bench-cores")
@@ -298,9 +297,9 @@ def cli_rates(n: int, text: Path, pairs: Path, tmp: Path, args) -> tuple:
     that starting encode's workers takes with its texts held, until each has said so; then, of encode's jobs, the
     seconds from its call to the first job's start, the seconds of all jobs together, the seconds between the
     first worker's last job ending and the last worker's, and from the last job's end to encode's return: all 0
-    with one worker) with `n` workers. The last
-    round's outputs are removed first, outside the clock: replacing a file of gigabytes frees its blocks in the
-    rename (seconds, on a disk mounted with discard), a cost of the old file, not of this run."""
+    with one worker) with `n` workers. The last round's outputs are removed first, outside the clock: replacing a
+    file of gigabytes frees its blocks in the rename (seconds, on a disk mounted with discard), a cost of the old
+    file, not of this run."""
     for old in (tmp / "out.npy", tmp / "out.tsv"):
         old.unlink(missing_ok=True)
     embed_s, parts = float("nan"), None
@@ -381,12 +380,15 @@ def main() -> None:
         counts = [int(n) for n in args.counts.split(",")] if args.counts else core_counts(args.cores)
         # the short tables first: a run cut off by a device call's limit loses rounds, each printed as it ends
         ways = ", ".join(f"({k + 1}) {way}" for k, way in enumerate(WAYS))
-        same = int8_pooling(models.load_model())[1]
+        model = models.load_model()
+        model.warm_up()  # what a first embedding loads is loaded before the fork, as in the workers
+        int8_tokens, same = int8_pooling(model)
         print(f"a worker's own job in N processes at once (sentences/s; {min(len(lines), 200_000):,} lines each, "
               f"one job's texts at a time), its rows {ways} ((5) gives the float table's bits: {same}):\n\n"
               "| workers | "
               + " | ".join(f"({k + 1})" for k in range(len(WAYS))) + " |\n|---|" + "---|" * len(WAYS))  # fmt: skip
-        jobs = {n: job_processes(lines, n) for n in sorted({1, *counts})}
+        jobs = {n: job_processes(lines, n, model, int8_tokens) for n in sorted({1, *counts})}
+        del model, int8_tokens
         for n in counts:
             print(f"| {n} | " + " | ".join(f"{x:,.0f} ({x / jobs[1][k]:.1f}x)" for k, x in enumerate(jobs[n])) + " |")
         print("\nN processes at once writing 8 MiB blocks into memory files (memfd; GB/s): (a) into one shared file "
