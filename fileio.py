@@ -622,6 +622,15 @@ def write_at(fd: int, array: np.ndarray, at: int) -> None:
         data, at = data[written:], at + written
 
 
+def read_at(fd: int, out: memoryview, at: int) -> None:
+    """Fill `out`, a writable byte buffer, with an open file's bytes from byte `at`, read straight into it."""
+    while out:
+        got = os.preadv(fd, [out], at)
+        if not got:
+            raise OSError(f"the file ended {len(out)} bytes short of what was to be read")
+        out, at = out[got:], at + got
+
+
 def check_room(path: str | os.PathLike, needed: int) -> None:
     """Refuse, before any work, an output of `needed` bytes that its file system has no room for (a file of a
     billion empty lines would otherwise fill the disk for everyone before failing)."""

@@ -29,7 +29,15 @@ import numpy as np
 import sentencepiece as spm
 
 from paraphrastic import fileio, language, workers
-from paraphrastic.fileio import JOB_BYTES, NOT_REGULAR, ModelError, invalid_utf8_note, left_by_dead, write_at
+from paraphrastic.fileio import (
+    JOB_BYTES,
+    NOT_REGULAR,
+    ModelError,
+    invalid_utf8_note,
+    left_by_dead,
+    read_at,
+    write_at,
+)
 from paraphrastic.workers import Workers
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
@@ -484,18 +492,20 @@ def _tokens_job(model: Encoding, job: tuple[Sequence[str], int]) -> tuple[np.nda
 class PlacedRows:
     """encode's float32 output (rows, dim), filled by worker processes that share no lock: the rows of each job go
     into a memory file of the job's own (`job_file`), written by its worker with one pwrite, and `place` maps the
-    file's whole pages into this process's one array (copying the part pages at its two ends). Writers of one
-    shared file take turns at its lock, so that 16 workers could pass no more rows than one. A job's file is a
-    memfd, which the workers open as /proc/PID/fd/N: it needs no room in /dev/shm (64 MB in a container), and
-    nothing of it outlives the processes that hold it, killed or not. Where the system has no memfd (or no /proc),
-    it is a file of the temporary folder whose name holds this process's id, and the next call removes what a
-    killed one left. Use it in a `with` block: files not placed by its end are closed."""
+    file's whole pages into this process's one array (copying the part pages at its two ends, and whole jobs past
+    the maps a process may hold: `maps_allowed`). Writers of one shared file take turns at its lock, so that 16
+    workers could pass no more rows than one. A job's file is a memfd, which the workers open as /proc/PID/fd/N: it
+    needs no room in /dev/shm (64 MB in a container), and nothing of it outlives the processes that hold it, killed
+    or not. Where the system has no memfd (or no /proc), it is a file of the temporary folder whose name holds this
+    process's id, and the next call removes what a killed one left. Use it in a `with` block: files not placed by
+    its end are closed."""
 
     def __init__(self, rows: int, dim: int):
         self.row_bytes, self.files = dim * 4, {}  # the jobs' files not placed yet, by first row: (fd, path)
         self.memory = mmap.mmap(-1, max(rows * self.row_bytes, 1))  # shared, as the file pages placed in it
         self.array = np.frombuffer(self.memory, np.float32, rows * dim).reshape(rows, dim)
         self.in_memory = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+        self.maps_left = maps_allowed()
         if not self.in_memory:
             for old in left_by_dead(Path(tempfile.gettempdir()), SHARED_ROWS):
                 if old.is_file():
@@ -530,13 +540,14 @@ class PlacedRows:
             if os.fstat(fd).st_size < b - first:  # a page mapped past a file's end would fault when read
                 raise OSError(f"encode's rows {cut.start}..{cut.stop} were not all written")
             lo, hi = -(-a // page) * page, b - b % page  # the whole pages of [a, b)
-            if lo < hi:
+            copied = ((a, b),)
+            if lo < hi and self.maps_left:
                 map_file(self.array.ctypes.data + lo, hi - lo, fd, lo - first)
-            else:
-                lo = hi = b
+                self.maps_left -= 1
+                copied = ((a, lo), (hi, b))
             out = self.array.reshape(-1).view(np.uint8)
-            for x, y in ((a, lo), (hi, b)):
-                out[x:y] = np.frombuffer(os.pread(fd, y - x, x - first), np.uint8)
+            for x, y in copied:
+                read_at(fd, memoryview(out[x:y]), x - first)
         finally:
             self.forget(fd, path)
 
@@ -553,6 +564,20 @@ class PlacedRows:
             self.forget(*self.files.popitem()[1])
 
 
+def maps_allowed() -> int:
+    """How many job files a new PlacedRows may map into place: a map splits the array's memory area in up to two
+    more, and a process may hold vm.max_map_count areas (65,530), past which every mmap fails, numpy's and malloc's
+    too. Half of what is left stays for the rest; past that (about 16,000 jobs here: 130,000,000 texts in jobs of
+    8,192), the caller copies the rows."""
+    try:
+        limit = int(Path("/proc/sys/vm/max_map_count").read_text())
+        held = Path("/proc/self/maps").read_bytes().count(b"\n")
+    except (OSError, ValueError):
+        return MAPS_ELSEWHERE
+    return max(0, limit // 2 - held) // 2
+
+
+MAPS_ELSEWHERE = 8192  # job files a PlacedRows maps where the system says nothing of its limit (no /proc)
 MAP_FIXED = 0x10  # mmap(2)'s flag, the same on Linux, macOS and the BSDs (Python's mmap module has no name for it)
 
 

@@ -58,6 +58,36 @@ def test_rows_are_placed_whatever_the_jobs_bounds_and_order(dim):
     assert np.array_equal(out, want * 2)
 
 
+def test_past_the_maps_allowed_rows_are_copied(monkeypatch):
+    """A process may hold vm.max_map_count memory areas, past which every mmap fails (numpy's too): an array maps
+    the job files that maps_allowed grants, and copies the rest."""
+    monkeypatch.setattr(static, "maps_allowed", lambda: 2)
+    want = np.arange(10_000 * 3, dtype=np.float32).reshape(10_000, 3)
+    with static.PlacedRows(len(want), 3) as rows:
+        for start in range(0, len(want), 1000):
+            cut = slice(start, start + 1000)
+            static.PlacedRows.write(*rows.job_file(start), want[cut])
+            rows.place(cut)
+        with open("/proc/self/maps") as maps:
+            assert sum(static.SHARED_ROWS in line for line in maps) == 2
+    assert rows.array.tobytes() == want.tobytes()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/sys/vm/max_map_count"), reason="a system without vm.max_map_count")
+def test_more_jobs_than_a_process_may_map_are_all_placed_and_leave_room_for_more():
+    """Jobs past the system's count of memory areas (1,024 rows of one float each, a page a job): every row in
+    place, and the process can still map memory after."""
+    jobs = int(open("/proc/sys/vm/max_map_count").read()) + 1000
+    if jobs > 200_000:
+        pytest.skip("vm.max_map_count is too high for a test of its size")
+    with static.PlacedRows(jobs * 1024, 1) as rows:
+        for job in range(jobs):
+            static.PlacedRows.write(*rows.job_file(job * 1024), np.full((1024, 1), job, np.float32))
+            rows.place(slice(job * 1024, (job + 1) * 1024))
+    assert np.array_equal(rows.array[::1024, 0], np.arange(jobs, dtype=np.float32))
+    assert [np.ones(1 << 18) for _ in range(20)]  # 2 MB each: every one its own mmap
+
+
 def test_a_job_file_not_all_written_is_an_error_not_a_fault():
     with static.PlacedRows(4096, 4) as rows:
         path, at = rows.job_file(0)
