@@ -15,6 +15,7 @@ import gc
 import multiprocessing
 import os
 import queue
+import resource
 import signal
 import sys
 import threading
@@ -36,6 +37,8 @@ IN_FLIGHT = 2  # jobs per worker submitted ahead: one running, one queued
 PARENT_POLL_S = 0.5  # how often a worker checks that its parent lives
 WATCH_S = 1.0  # how often the caller, waiting on a job, looks at its workers
 STALL_S = 120.0  # workers that use no CPU for this long while a job waits are stuck (blocked, or hung)
+FILES_PER_WORKER = 5  # files the caller holds open per worker: its pipes (4 ends as it starts, then 2), a pidfd, 2 jobs
+SPARE_FILES = 64  # files left free beyond those, for what the caller opens while its workers run
 RECEIVE_S = 0.05  # the longest one thread takes in the workers' messages before another thread may
 CLOSED = "this pool of worker processes was closed: start a new one (start_multi_process_pool)"
 STARTED = -1  # the number of a worker's first message, which says it started and gives its pid
@@ -291,6 +294,7 @@ class Workers:
             self._wait(lambda: len(self.pid_of) == self.size)
 
     def _launch(self) -> None:
+        make_room_for_files(self.size)
         pipes = [(multiprocessing.Pipe(duplex=False), multiprocessing.Pipe(duplex=False)) for _ in range(self.size)]
         ends = [(jobs_in, results_out) for (jobs_in, _), (_, results_out) in pipes]
         self.jobs.extend(jobs_out for (_, jobs_out), _ in pipes)
@@ -418,6 +422,22 @@ class Workers:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def make_room_for_files(workers: int) -> None:
+    """Let this process open the files that `workers` workers take (FILES_PER_WORKER each) beyond those open now:
+    256 workers need more than the usual limit of 1,024 (`ulimit -n`), so it is raised, as far as the hard limit
+    allows; past that, a WorkerError says what to do, before any worker starts."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = len(os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"))
+    need += FILES_PER_WORKER * workers + SPARE_FILES
+    if soft == resource.RLIM_INFINITY or need <= soft:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    except (ValueError, OSError):
+        raise WorkerError(f"{workers} worker processes need about {need:,} open files, and this process may open "
+                          f"{hard:,} (ulimit -Hn): run with fewer --threads, or raise the limit") from None  # fmt: skip
 
 
 def _proc_stat(pid: int) -> list[str] | None:

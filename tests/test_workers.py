@@ -3,6 +3,8 @@ dies stops the run with one clear error and no output."""
 
 import gc
 import os
+import re
+import resource
 import signal
 import subprocess
 import sys
@@ -430,6 +432,36 @@ def test_a_fork_that_fails_gives_one_clear_error_and_leaves_no_worker(tiny_model
     with pytest.raises(WorkerError, match="could not start 8 worker processes .*: run with fewer --threads"):
         Workers(tiny_model, 8).start()
     assert set(children(os.getpid())) - before == set()
+
+
+def test_a_pool_raises_the_open_files_limit_it_needs(tiny_model):
+    """256 workers need more open files than the usual soft limit of 1,024: the pool raises it as far as the hard
+    limit allows (as `ulimit -n` would), where it used to stop with 'Too many open files'. Here 24 workers under a
+    soft limit of what is open now and 40 more."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 40, hard))
+    try:
+        with Workers(tiny_model, 24) as pool:
+            assert list(pool.map(square, range(100))) == [x * x for x in range(100)]
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] > len(os.listdir("/proc/self/fd")) + 24 * 5
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_workers_past_the_hard_open_files_limit_are_one_clear_error():
+    code = """
+import resource
+from paraphrastic.workers import Workers
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+Workers(object(), 32).start()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert re.fullmatch(
+        r"paraphrastic.workers.WorkerError: 32 worker processes need about \d+ open files, and this process may open "
+        r"64 \(ulimit -Hn\): run with fewer --threads, or raise the limit",
+        done.stderr.splitlines()[-1],
+    )
 
 
 def test_a_pool_closes_and_sees_a_death_while_another_pool_holds_copies_of_its_pipes(tiny_model):
