@@ -502,7 +502,13 @@ class PlacedRows:
 
     def __init__(self, rows: int, dim: int):
         self.row_bytes, self.files = dim * 4, {}  # the jobs' files not placed yet, by first row: (fd, path)
-        self.memory = mmap.mmap(-1, max(rows * self.row_bytes, 1))  # shared, as the file pages placed in it
+        try:
+            self.memory = mmap.mmap(-1, max(rows * self.row_bytes, 1))  # shared, as the file pages placed in it
+        except OSError:
+            raise MemoryError(
+                f"Unable to allocate {fileio.size_text(rows * self.row_bytes)} for encode's {rows:,} rows of {dim} "
+                "floats: encode fewer texts at a time, or write the vectors to a file (paraphrastic-embed)"
+            ) from None
         self.array = np.frombuffer(self.memory, np.float32, rows * dim).reshape(rows, dim)
         self.in_memory = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
         self.maps_left = maps_allowed()

@@ -2,6 +2,7 @@
 memory, the same rows bit for bit), normalize_embeddings, convert_to_tensor, show_progress_bar, and errors that
 name the bad item."""
 
+import os
 import subprocess
 import sys
 
@@ -117,4 +118,30 @@ def test_one_thread_freezes_what_it_held_only_while_it_embeds(model, monkeypatch
         assert seen[-1] == frozen and gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+        workers.use_threads(None)
+
+
+class Many:
+    """A sequence of `n` texts made as they are read: a corpus too big for the rows of its vectors to fit."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, at):
+        return ["a cat"] * len(range(self.n)[at]) if isinstance(at, slice) else "a cat"
+
+
+@pytest.mark.skipif(open("/proc/sys/vm/overcommit_memory").read().strip() == "1", reason="memory always overcommitted")
+def test_rows_that_cannot_fit_in_memory_are_a_clear_memory_error_before_any_work(model):
+    """Four times this machine's memory of rows: the workers' output says so at once, in numpy's words for the one
+    thread's, not as a bare 'Cannot allocate memory'."""
+    n = 4 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (4 * model.dim)
+    workers.use_threads(2)
+    try:
+        with pytest.raises(MemoryError, match=rf"Unable to allocate .* for encode's {n:,} rows of 256 floats: encode"):
+            model.encode(Many(n))
+    finally:
         workers.use_threads(None)
