@@ -29,15 +29,7 @@ import numpy as np
 import sentencepiece as spm
 
 from paraphrastic import fileio, language, workers
-from paraphrastic.fileio import (
-    JOB_BYTES,
-    NOT_REGULAR,
-    ModelError,
-    invalid_utf8_note,
-    left_by_dead,
-    read_at,
-    write_at,
-)
+from paraphrastic.fileio import JOB_BYTES, NOT_REGULAR, ModelError, invalid_utf8_note, left_by_dead, read_at, write_at
 from paraphrastic.workers import Workers
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
