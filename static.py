@@ -565,8 +565,8 @@ class PlacedRows:
 def maps_allowed() -> int:
     """How many job files a new PlacedRows may map into place: a map splits the array's memory area in up to two
     more, and a process may hold vm.max_map_count areas (65,530), past which every mmap fails, numpy's and malloc's
-    too. Half of what is left stays for the rest; past that (about 16,000 jobs here: 130,000,000 texts in jobs of
-    8,192), the caller copies the rows."""
+    too. Half of what is left stays for the rest; past that (vm.max_map_count / 4 jobs at most: 134,000,000 texts
+    in jobs of 8,192), the caller copies the rows."""
     try:
         limit = int(Path("/proc/sys/vm/max_map_count").read_text())
         held = Path("/proc/self/maps").read_bytes().count(b"\n")
