@@ -11,12 +11,9 @@ the tokenizer and the API below; training, GPUs and the other encoders need it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import gc
 import io
 import itertools
-import mmap
 import os
 import string
 import sys
@@ -29,8 +26,8 @@ import numpy as np
 import sentencepiece as spm
 
 from paraphrastic import fileio, language, workers
-from paraphrastic.fileio import JOB_BYTES, NOT_REGULAR, ModelError, invalid_utf8_note, left_by_dead, read_at, write_at
-from paraphrastic.workers import Workers
+from paraphrastic.fileio import JOB_BYTES, NOT_REGULAR, ModelError, invalid_utf8_note
+from paraphrastic.workers import PlacedRows, Workers
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
 SHIPPED = {"default": DEFAULT_MODEL, "multilingual": DEFAULT_MODEL.with_name("multilingual.pt")}
@@ -39,7 +36,6 @@ STREAM_TEXTS = 131_072  # texts of an iterable encode reads at once (and at most
 STREAM_CHARS = 32 << 20
 JOB_TEXTS = 8192  # texts in one worker's job (and at most JOB_BYTES characters)
 SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
-SHARED_ROWS = "paraphrastic-rows"  # name of the memory files of encode's jobs (files NAME.PID.* without memfd)
 UNKNOWN_SHARE = 0.01  # the share of mostly unknown lines from which a run warns that their scores mean little
 TORCH_FROM = 2_000_000  # texts a process pools before torch's faster kernel has repaid its import (bench_pooling.py)
 SP_FILE = "sentencepiece.model"  # an exported folder's copy of the sentencepiece model
@@ -479,123 +475,6 @@ def _embed_job(model: Encoding, job: tuple[Sequence[str] | slice, int, str, int]
 
 def _tokens_job(model: Encoding, job: tuple[Sequence[str], int]) -> tuple[np.ndarray, np.ndarray]:
     return model.token_ids(job[0])
-
-
-class PlacedRows:
-    """encode's float32 output (rows, dim), filled by worker processes that share no lock: the rows of each job go
-    into a memory file of the job's own (`job_file`), written by its worker with one pwrite, and `place` maps the
-    file's whole pages into this process's one array (copying the part pages at its two ends, and whole jobs past
-    the maps a process may hold: `maps_allowed`). Writers of one shared file take turns at its lock, so that 16
-    workers could pass no more rows than one. A job's file is a memfd, which the workers open as /proc/PID/fd/N: it
-    needs no room in /dev/shm (64 MB in a container), and nothing of it outlives the processes that hold it, killed
-    or not. Where the system has no memfd (or no /proc), it is a file of the temporary folder whose name holds this
-    process's id, and the next call removes what a killed one left. Use it in a `with` block: files not placed by
-    its end are closed."""
-
-    def __init__(self, rows: int, dim: int):
-        self.row_bytes, self.files = dim * 4, {}  # the jobs' files not placed yet, by first row: (fd, path)
-        try:
-            self.memory = mmap.mmap(-1, max(rows * self.row_bytes, 1))  # shared, as the file pages placed in it
-        except OSError:
-            raise MemoryError(
-                f"Unable to allocate {fileio.size_text(rows * self.row_bytes)} for encode's {rows:,} rows of {dim} "
-                "floats: encode fewer texts at a time, or write the vectors to a file (paraphrastic-embed)"
-            ) from None
-        self.array = np.frombuffer(self.memory, np.float32, rows * dim).reshape(rows, dim)
-        self.in_memory = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
-        self.maps_left = maps_allowed()
-        if not self.in_memory:
-            for old in left_by_dead(Path(tempfile.gettempdir()), SHARED_ROWS):
-                if old.is_file():
-                    old.unlink(missing_ok=True)
-
-    def job_file(self, start: int) -> tuple[str, int]:
-        """A new file for the rows from row `start` on, by name, and the byte at which a worker writes them there
-        (the file begins at the page of the array that holds row `start`)."""
-        if self.in_memory:
-            fd = os.memfd_create(SHARED_ROWS)
-            path = f"/proc/{os.getpid()}/fd/{fd}"
-        else:
-            fd, path = tempfile.mkstemp(prefix=f"{SHARED_ROWS}.{os.getpid()}.", dir=tempfile.gettempdir())
-        self.files[start] = (fd, path)
-        return path, start * self.row_bytes % mmap.PAGESIZE
-
-    @staticmethod
-    def write(path: str, at: int, rows: np.ndarray) -> None:
-        """A worker's part: write a job's float32 rows into its file, by name, at `at` (what `job_file` gave)."""
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            write_at(fd, np.ascontiguousarray(rows, dtype=np.float32), at)
-        finally:
-            os.close(fd)
-
-    def place(self, cut: slice) -> None:
-        """Put the rows of `cut`, written into its job's file, in place in the array, and close the file."""
-        fd, path = self.files.pop(cut.start)
-        try:
-            a, b, page = cut.start * self.row_bytes, cut.stop * self.row_bytes, mmap.PAGESIZE
-            first = a - a % page  # the array's byte at the file's start
-            if os.fstat(fd).st_size < b - first:  # a page mapped past a file's end would fault when read
-                raise OSError(f"encode's rows {cut.start}..{cut.stop} were not all written")
-            lo, hi = -(-a // page) * page, b - b % page  # the whole pages of [a, b)
-            copied = ((a, b),)
-            if lo < hi and self.maps_left:
-                map_file(self.array.ctypes.data + lo, hi - lo, fd, lo - first)
-                self.maps_left -= 1
-                copied = ((a, lo), (hi, b))
-            out = self.array.reshape(-1).view(np.uint8)
-            for x, y in copied:
-                read_at(fd, memoryview(out[x:y]), x - first)
-        finally:
-            self.forget(fd, path)
-
-    def forget(self, fd: int, path: str) -> None:
-        os.close(fd)
-        if not self.in_memory:
-            os.unlink(path)
-
-    def __enter__(self) -> PlacedRows:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        while self.files:
-            self.forget(*self.files.popitem()[1])
-
-
-def maps_allowed() -> int:
-    """How many job files a new PlacedRows may map into place: a map splits the array's memory area in up to two
-    more, and a process may hold vm.max_map_count areas (65,530), past which every mmap fails, numpy's and malloc's
-    too. Half of what is left stays for the rest; past that (vm.max_map_count / 4 jobs at most: 134,000,000 texts
-    in jobs of 8,192), the caller copies the rows."""
-    try:
-        limit = int(Path("/proc/sys/vm/max_map_count").read_text())
-        held = Path("/proc/self/maps").read_bytes().count(b"\n")
-    except (OSError, ValueError):
-        return MAPS_ELSEWHERE
-    return max(0, limit // 2 - held) // 2
-
-
-MAPS_ELSEWHERE = 8192  # job files a PlacedRows maps where the system says nothing of its limit (no /proc)
-MAP_FIXED = 0x10  # mmap(2)'s flag, the same on Linux, macOS and the BSDs (Python's mmap module has no name for it)
-
-
-def map_file(address: int, size: int, fd: int, offset: int) -> None:
-    """Map `size` bytes of the open file `fd` from `offset`, shared, at `address`, in place of the pages there:
-    mmap(2) with MAP_FIXED, which Python's mmap module does not offer."""
-    libc = c_library()
-    prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | MAP_FIXED
-    if libc.mmap(address, size, prot, flags, fd, offset) != address:
-        code = ctypes.get_errno()
-        raise OSError(code, f"could not map encode's rows into place: {os.strerror(code)}")
-
-
-@functools.cache
-def c_library():
-    """The C library, its mmap declared."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64)
-    return libc
 
 
 class StaticModel(Encoding):

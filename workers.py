@@ -5,19 +5,24 @@ shared copy-on-write; it runs on one thread (torch's too, when torch is loaded).
 so that 16 start in the time of about 5 forks however much memory the caller holds. The caller cuts its input into
 jobs, sends each to a worker through that worker's own pipe, keeps at most two per worker in flight (memory stays
 bounded whatever the input size) and takes the results back in input order, so row i is still line i. With one
-worker the jobs run in the calling process itself: the same code, no fork.
+worker the jobs run in the calling process itself: the same code, no fork. Workers that return rows by the million
+(`model.encode`'s) write each job's into a memory file of its own, which the caller maps into one array (`PlacedRows`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import gc
+import mmap
 import multiprocessing
 import os
 import queue
 import resource
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -31,7 +36,9 @@ from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
-from paraphrastic.fileio import Error
+import numpy as np
+
+from paraphrastic.fileio import Error, left_by_dead, read_at, size_text, write_at
 
 IN_FLIGHT = 2  # jobs per worker submitted ahead: one running, one queued
 PARENT_POLL_S = 0.5  # how often a worker checks that its parent lives
@@ -44,6 +51,7 @@ CLOSED = "this pool of worker processes was closed: start a new one (start_multi
 STARTED = -1  # the number of a worker's first message, which says it started and gives its pid
 DIED = ("a worker process died (killed, or out of memory); nothing was written in place of the output (run again, "
         "with fewer --threads if memory is short; a kept pool must be started anew)")  # fmt: skip
+SHARED_ROWS = "paraphrastic-rows"  # name of the memory files of encode's jobs (files NAME.PID.* without memfd)
 _model = None  # this worker's model, set when the worker starts
 _given = None  # what this worker's pool was started with for its jobs to read (see `given`)
 _threads: int | None = None  # set by use_threads
@@ -458,3 +466,138 @@ def process_cpu(pid: int) -> float | None:
     """User plus system CPU seconds a process has used, or None where unknown."""
     fields = _proc_stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else None
+
+
+class PlacedRows:
+    """encode's float32 output (rows, dim), filled by worker processes that share no lock: the rows of each job go
+    into a memory file of the job's own (`job_file`), written by its worker with one pwrite, and `place` maps the
+    file's whole pages into this process's one array (copying the part pages at its two ends, and whole jobs past
+    the maps a process may hold: `maps_allowed`). Writers of one shared file take turns at its lock, so that 16
+    workers could pass no more rows than one. A job's file is a memfd, which the workers open as /proc/PID/fd/N: it
+    needs no room in /dev/shm (64 MB in a container), and nothing of it outlives the processes that hold it, killed
+    or not. Where the system has no memfd (or no /proc), it is a file of the temporary folder whose name holds this
+    process's id, and the next call removes what a killed one left. Use it in a `with` block: files not placed by
+    its end are closed."""
+
+    def __init__(self, rows: int, dim: int):
+        self.row_bytes, self.files = dim * 4, {}  # the jobs' files not placed yet, by first row: (fd, path)
+        try:
+            self.memory = mmap.mmap(-1, max(rows * self.row_bytes, 1))  # shared, as the file pages placed in it
+        except OSError:
+            raise MemoryError(
+                f"Unable to allocate {size_text(rows * self.row_bytes)} for encode's {rows:,} rows of {dim} "
+                "floats: encode fewer texts at a time, or write the vectors to a file (paraphrastic-embed)"
+            ) from None
+        self.array = np.frombuffer(self.memory, np.float32, rows * dim).reshape(rows, dim)
+        self.in_memory = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+        self.maps_left = maps_allowed()
+        if not self.in_memory:
+            for old in left_by_dead(Path(tempfile.gettempdir()), SHARED_ROWS):
+                if old.is_file():
+                    old.unlink(missing_ok=True)
+
+    def job_file(self, start: int) -> tuple[str, int]:
+        """A new file for the rows from row `start` on, by name, and the byte at which a worker writes them there
+        (the file begins at the page of the array that holds row `start`)."""
+        if self.in_memory:
+            fd = os.memfd_create(SHARED_ROWS)
+            path = f"/proc/{os.getpid()}/fd/{fd}"
+        else:
+            fd, path = tempfile.mkstemp(prefix=f"{SHARED_ROWS}.{os.getpid()}.", dir=tempfile.gettempdir())
+        self.files[start] = (fd, path)
+        JOB_FILES.add(fd)
+        return path, start * self.row_bytes % mmap.PAGESIZE
+
+    @staticmethod
+    def write(path: str, at: int, rows: np.ndarray) -> None:
+        """A worker's part: write a job's float32 rows into its file, by name, at `at` (what `job_file` gave)."""
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            write_at(fd, np.ascontiguousarray(rows, dtype=np.float32), at)
+        finally:
+            os.close(fd)
+
+    def place(self, cut: slice) -> None:
+        """Put the rows of `cut`, written into its job's file, in place in the array, and close the file."""
+        fd, path = self.files.pop(cut.start)
+        try:
+            a, b, page = cut.start * self.row_bytes, cut.stop * self.row_bytes, mmap.PAGESIZE
+            first = a - a % page  # the array's byte at the file's start
+            if os.fstat(fd).st_size < b - first:  # a page mapped past a file's end would fault when read
+                raise OSError(f"encode's rows {cut.start}..{cut.stop} were not all written")
+            lo, hi = -(-a // page) * page, b - b % page  # the whole pages of [a, b)
+            copied = ((a, b),)
+            if lo < hi and self.maps_left:
+                map_file(self.array.ctypes.data + lo, hi - lo, fd, lo - first)
+                self.maps_left -= 1
+                copied = ((a, lo), (hi, b))
+            out = self.array.reshape(-1).view(np.uint8)
+            for x, y in copied:
+                read_at(fd, memoryview(out[x:y]), x - first)
+        finally:
+            self.forget(fd, path)
+
+    def forget(self, fd: int, path: str) -> None:
+        if fd not in JOB_FILES:  # in a forked child: closed as it started, and not its own to remove
+            return
+        JOB_FILES.discard(fd)
+        os.close(fd)
+        if not self.in_memory:
+            os.unlink(path)
+
+    def __enter__(self) -> PlacedRows:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        while self.files:
+            self.forget(*self.files.popitem()[1])
+
+
+JOB_FILES: set[int] = set()  # the job files open in this process, which a process forked from it closes at once
+
+
+def close_job_files() -> None:
+    """In a child just forked: close the job files it got, whose memory it would otherwise hold for its life after
+    their encode is done (another pool's worker, forked while a thread encodes)."""
+    for fd in JOB_FILES:
+        os.close(fd)
+    JOB_FILES.clear()
+
+
+os.register_at_fork(after_in_child=close_job_files)
+
+
+def maps_allowed() -> int:
+    """How many job files a new PlacedRows may map into place: a map splits the array's memory area in up to two
+    more, and a process may hold vm.max_map_count areas (65,530), past which every mmap fails, numpy's and malloc's
+    too. Half of what is left stays for the rest; past that (vm.max_map_count / 4 jobs at most: 134,000,000 texts
+    in jobs of 8,192), the caller copies the rows."""
+    try:
+        limit = int(Path("/proc/sys/vm/max_map_count").read_text())
+        held = Path("/proc/self/maps").read_bytes().count(b"\n")
+    except (OSError, ValueError):
+        return MAPS_ELSEWHERE
+    return max(0, limit // 2 - held) // 2
+
+
+MAPS_ELSEWHERE = 8192  # job files a PlacedRows maps where the system says nothing of its limit (no /proc)
+MAP_FIXED = 0x10  # mmap(2)'s flag, the same on Linux, macOS and the BSDs (Python's mmap module has no name for it)
+
+
+def map_file(address: int, size: int, fd: int, offset: int) -> None:
+    """Map `size` bytes of the open file `fd` from `offset`, shared, at `address`, in place of the pages there:
+    mmap(2) with MAP_FIXED, which Python's mmap module does not offer."""
+    libc = c_library()
+    prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | MAP_FIXED
+    if libc.mmap(address, size, prot, flags, fd, offset) != address:
+        code = ctypes.get_errno()
+        raise OSError(code, f"could not map encode's rows into place: {os.strerror(code)}")
+
+
+@functools.cache
+def c_library():
+    """The C library, its mmap declared."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64)
+    return libc

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from paraphrastic import static
+from paraphrastic import static, workers
 
 if TYPE_CHECKING:  # torch is imported by the fixtures that need it: pytest-xdist's controller runs no test
     from paraphrastic import models
@@ -78,7 +78,7 @@ def open_rows_files() -> list[str]:
             found.append(os.readlink(f"/proc/self/fd/{fd}"))
     with open("/proc/self/maps") as maps:
         found += [line.split(maxsplit=5)[-1] for line in maps]
-    return [name for name in found if static.SHARED_ROWS in name]
+    return [name for name in found if workers.SHARED_ROWS in name]
 
 
 def stated_figure(name: str) -> float:

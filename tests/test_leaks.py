@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import open_rows_files
 
-from paraphrastic import embed_sentences, evaluate, mine_bitext, score_sentence_pairs, static, train
+from paraphrastic import embed_sentences, evaluate, mine_bitext, score_sentence_pairs, train, workers
 
 
 def dead_pid() -> int:
@@ -25,10 +25,10 @@ def dead_pid() -> int:
 def test_placed_rows_are_memory_files_with_no_name_that_end_with_their_array():
     """Each job's rows are a memory file that needs no folder (a container's /dev/shm holds 64 MB): once placed,
     its rows live on in the array alone, and the memory goes with it."""
-    with static.PlacedRows(10, 4) as rows:
+    with workers.PlacedRows(10, 4) as rows:
         path, at = rows.job_file(3)
         assert path.startswith(f"/proc/{os.getpid()}/fd/") and at == 3 * 16 and rows.array.shape == (10, 4)
-        static.PlacedRows.write(path, at, np.full((2, 4), 7, np.float32))  # by name, as a worker writes
+        workers.PlacedRows.write(path, at, np.full((2, 4), 7, np.float32))  # by name, as a worker writes
         rows.place(slice(3, 5))
         assert not os.path.exists(path)
         unplaced, _ = rows.job_file(5)
@@ -39,6 +39,25 @@ def test_placed_rows_are_memory_files_with_no_name_that_end_with_their_array():
     assert open_rows_files() == []
 
 
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="a system without memfd")
+def test_a_process_forked_while_rows_are_placed_holds_none_of_their_files():
+    """A process forked while a thread encodes (another pool's worker, a user's fork) gets copies of the open job
+    files, and would hold their memory for its whole life: it closes them as it starts."""
+    with workers.PlacedRows(10_000, 256) as rows:
+        path, at = rows.job_file(0)
+        workers.PlacedRows.write(path, at, np.ones((8192, 256), np.float32))
+        pid = os.fork()
+        if pid == 0:
+            held = 99
+            try:
+                held = len(open_rows_files())
+            finally:
+                os._exit(held)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        rows.place(slice(0, 8192))
+    assert rows.array[:8192].all() and workers.JOB_FILES == set()
+
+
 @pytest.mark.parametrize("dim", [1, 3, 256, 1024, 1500])
 def test_rows_are_placed_whatever_the_jobs_bounds_and_order(dim):
     """Jobs cut anywhere, a page shared by two jobs or one job inside a page, placed in any order: the array holds
@@ -47,9 +66,9 @@ def test_rows_are_placed_whatever_the_jobs_bounds_and_order(dim):
     want = rng.standard_normal((3000, dim)).astype(np.float32)
     bounds = np.unique(np.concatenate([[0, 1, 2, 3000], rng.integers(0, 3000, 40)]))
     cuts = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    with static.PlacedRows(len(want), dim) as rows:
+    with workers.PlacedRows(len(want), dim) as rows:
         for cut in cuts:
-            static.PlacedRows.write(*rows.job_file(cut.start), want[cut])
+            workers.PlacedRows.write(*rows.job_file(cut.start), want[cut])
         for k in rng.permutation(len(cuts)):
             rows.place(cuts[k])
     out = rows.array
@@ -61,15 +80,15 @@ def test_rows_are_placed_whatever_the_jobs_bounds_and_order(dim):
 def test_past_the_maps_allowed_rows_are_copied(monkeypatch):
     """A process may hold vm.max_map_count memory areas, past which every mmap fails (numpy's too): an array maps
     the job files that maps_allowed grants, and copies the rest."""
-    monkeypatch.setattr(static, "maps_allowed", lambda: 2)
+    monkeypatch.setattr(workers, "maps_allowed", lambda: 2)
     want = np.arange(10_000 * 3, dtype=np.float32).reshape(10_000, 3)
-    with static.PlacedRows(len(want), 3) as rows:
+    with workers.PlacedRows(len(want), 3) as rows:
         for start in range(0, len(want), 1000):
             cut = slice(start, start + 1000)
-            static.PlacedRows.write(*rows.job_file(start), want[cut])
+            workers.PlacedRows.write(*rows.job_file(start), want[cut])
             rows.place(cut)
         with open("/proc/self/maps") as maps:
-            assert sum(static.SHARED_ROWS in line for line in maps) == 2
+            assert sum(workers.SHARED_ROWS in line for line in maps) == 2
     assert rows.array.tobytes() == want.tobytes()
 
 
@@ -80,18 +99,18 @@ def test_more_jobs_than_a_process_may_map_are_all_placed_and_leave_room_for_more
     jobs = int(open("/proc/sys/vm/max_map_count").read()) + 1000
     if jobs > 200_000:
         pytest.skip("vm.max_map_count is too high for a test of its size")
-    with static.PlacedRows(jobs * 1024, 1) as rows:
+    with workers.PlacedRows(jobs * 1024, 1) as rows:
         for job in range(jobs):
-            static.PlacedRows.write(*rows.job_file(job * 1024), np.full((1024, 1), job, np.float32))
+            workers.PlacedRows.write(*rows.job_file(job * 1024), np.full((1024, 1), job, np.float32))
             rows.place(slice(job * 1024, (job + 1) * 1024))
     assert np.array_equal(rows.array[::1024, 0], np.arange(jobs, dtype=np.float32))
     assert [np.ones(1 << 18) for _ in range(20)]  # 2 MB each: every one its own mmap
 
 
 def test_a_job_file_not_all_written_is_an_error_not_a_fault():
-    with static.PlacedRows(4096, 4) as rows:
+    with workers.PlacedRows(4096, 4) as rows:
         path, at = rows.job_file(0)
-        static.PlacedRows.write(path, at, np.ones((100, 4), np.float32))
+        workers.PlacedRows.write(path, at, np.ones((100, 4), np.float32))
         with pytest.raises(OSError, match="rows 0..4096 were not all written"):
             rows.place(slice(0, 4096))
 
@@ -99,15 +118,15 @@ def test_a_job_file_not_all_written_is_an_error_not_a_fault():
 def test_without_memfd_job_files_of_a_dead_process_are_removed_by_the_next_call(tmp_path, monkeypatch):
     monkeypatch.delattr(os, "memfd_create", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    stale = tmp_path / f"{static.SHARED_ROWS}.{dead_pid()}.abcdefgh"
+    stale = tmp_path / f"{workers.SHARED_ROWS}.{dead_pid()}.abcdefgh"
     stale.write_bytes(b"rows of a killed encode")
-    other = tmp_path / f"{static.SHARED_ROWS}.notapid"
+    other = tmp_path / f"{workers.SHARED_ROWS}.notapid"
     other.write_bytes(b"")
-    with static.PlacedRows(10, 4) as rows:
+    with workers.PlacedRows(10, 4) as rows:
         assert not stale.exists() and other.exists()
         path, at = rows.job_file(2)
-        assert os.path.basename(path).startswith(f"{static.SHARED_ROWS}.{os.getpid()}.")
-        static.PlacedRows.write(path, at, np.full((8, 4), 5, np.float32))
+        assert os.path.basename(path).startswith(f"{workers.SHARED_ROWS}.{os.getpid()}.")
+        workers.PlacedRows.write(path, at, np.full((8, 4), 5, np.float32))
         rows.place(slice(2, 10))
         assert not os.path.exists(path)
     assert rows.array[2:].tolist() == [[5.0] * 4] * 8
