@@ -12,7 +12,8 @@ limit reached, and the speed-up over N = 1, each the median of --repeats rounds 
 each round's own speed-up of the most workers). Before the rounds: the disk's own limit (writing and syncing the
 output's bytes, at most 2 GiB), N processes of a worker's own work at once (sentencepiece, pooling, the rows: what
 the cores give the whole job), its rows kept, written into a file of each job's own as the workers write them, or
-into one shared file as they wrote before, kept with a smaller batch, and kept, pooled from the int8 rows; and N
+into one shared file as they wrote before, kept with a smaller batch, and kept, pooled from the int8 rows, and the
+microseconds a text spends in each part of the job (piece ids, pooling, rows written) in N processes at once; and N
 processes writing blocks into memory files at once, into one file or files of their own, with pwrite or through a
 mapping. After them, the start-up (the whole command on the 10-line example) and the peak anonymous memory (Pss_Anon
 of the command and its workers, the output's file pages aside) of `paraphrastic-embed` on each --memory size. The
@@ -105,27 +106,31 @@ def sentencepiece_alone(lines: list[str], threads: int = 1) -> float:
     return len(sample) / tokenize_seconds(paraphrastic.load_encoder().tokenizer, sample, threads)
 
 
-_AT_ONCE: tuple = ()  # (work, barrier) for the forked processes of processes_rate
+_AT_ONCE: tuple = ()  # (work, barrier) for the forked processes of processes_run
 
 
-def _timed_at_once(k: int) -> float:
+def _timed_at_once(k: int) -> tuple[float, object]:
     work, barrier = _AT_ONCE
     barrier.wait()  # every process starts together, so none runs on a core left idle
     start = time.perf_counter()
-    work(k)
-    return time.perf_counter() - start
+    done = work(k)
+    return time.perf_counter() - start, done
+
+
+def processes_run(work, n: int) -> list[tuple[float, object]]:
+    """(seconds, what it gave) of each of `n` forked processes running work(k), k = 0..n-1, all at once."""
+    global _AT_ONCE
+    fork = multiprocessing.get_context("fork")
+    _AT_ONCE = (work, fork.Barrier(n))
+    with fork.Pool(n) as pool:
+        return pool.map(_timed_at_once, range(n), chunksize=1)
 
 
 def processes_rate(work, texts: int, n: int) -> float:
     """Texts/s of `n` forked processes running work(k), k = 0..n-1, over `texts` texts each, all at once: what n
     cores of this machine give that work (shared caches and memory, SMT siblings, clocks), where n x one is the
     ideal."""
-    global _AT_ONCE
-    fork = multiprocessing.get_context("fork")
-    _AT_ONCE = (work, fork.Barrier(n))
-    with fork.Pool(n) as pool:
-        seconds = pool.map(_timed_at_once, range(n), chunksize=1)
-    return n * texts / max(seconds)
+    return n * texts / max(seconds for seconds, _ in processes_run(work, n))
 
 
 def sentencepiece_processes(lines: list[str], n: int) -> float:
@@ -189,6 +194,33 @@ def job_processes(lines: list[str], n: int, model: models.SPModel, int8_tokens) 
         finally:
             os.close(shared)
     return rates
+
+
+def _job_phases(model, sample: list[str], k: int) -> list[float]:
+    """As a worker, on one thread: the seconds a job's parts take over `sample`, one job's texts at a time: the
+    piece ids, the pooling, the rows written into a memory file of the job's own."""
+    workers.use_threads(1)
+    spent = [0.0, 0.0, 0.0]
+    for at in range(0, len(sample), static.JOB_TEXTS):
+        start = time.perf_counter()
+        ids = model.token_ids(sample[at : at + static.JOB_TEXTS])
+        tokenized = time.perf_counter()
+        rows = model.embed_tokens(*ids)
+        pooled = time.perf_counter()
+        fd = os.memfd_create("bench-cores")
+        fileio.write_at(fd, rows, 0)
+        os.close(fd)
+        for part, took in enumerate((tokenized - start, pooled - tokenized, time.perf_counter() - pooled)):
+            spent[part] += took
+    return spent
+
+
+def job_phases(lines: list[str], n: int, model: models.SPModel) -> list[float]:
+    """Microseconds a text of a worker's job spends in each part (`_job_phases`; the mean over `n` processes at
+    once): the part that grows from 1 to N processes is the one the cores share."""
+    sample = lines[:200_000]
+    runs = processes_run(functools.partial(_job_phases, model, sample), n)
+    return [1e6 * statistics.mean(spent[part] for _, spent in runs) / len(sample) for part in range(3)]
 
 
 BLOCK = 8 << 20  # bytes a job of 8,192 rows of 256 floats writes
@@ -388,9 +420,14 @@ def main() -> None:
               "| workers | "
               + " | ".join(f"({k + 1})" for k in range(len(WAYS))) + " |\n|---|" + "---|" * len(WAYS))  # fmt: skip
         jobs = {n: job_processes(lines, n, model, int8_tokens) for n in sorted({1, *counts})}
-        del model, int8_tokens
         for n in counts:
             print(f"| {n} | " + " | ".join(f"{x:,.0f} ({x / jobs[1][k]:.1f}x)" for k, x in enumerate(jobs[n])) + " |")
+        print("\nthe parts of a worker's job in N processes at once (microseconds a text, the mean of the processes): "
+              "its piece ids (sentencepiece), its pooling, its rows written into a memory file of the job's own\n\n"
+              "| workers | piece ids | pooling | rows written |\n|---|---|---|---|")  # fmt: skip
+        for n in sorted({1, *counts}):
+            print(f"| {n} | " + " | ".join(f"{x:.2f}" for x in job_phases(lines, n, model)) + " |")
+        del model, int8_tokens
         print("\nN processes at once writing 8 MiB blocks into memory files (memfd; GB/s): (a) into one shared file "
               "with pwrite, (b) into it through a shared mapping, (c) into files of their own with pwrite\n\n"
               "| processes | (a) | (b) | (c) |\n|---|---|---|---|")  # fmt: skip
