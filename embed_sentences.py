@@ -47,7 +47,7 @@ from paraphrastic.fileio import (
     write_npy_rows,
 )
 from paraphrastic.static import model_path, text_notes, use_torch_for
-from paraphrastic.workers import Workers, threads, use_threads
+from paraphrastic.workers import Workers, use_threads, workers_for
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
@@ -70,7 +70,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
-    p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
+    p.add_argument(
+        "--threads",
+        type=at_least(1),
+        help="worker processes, one core each, no more than the jobs of --chunk-lines lines (default: the idle cores)",
+    )
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--shard", type=int, help="embed only slice I (0-based) of --num-shards contiguous slices")
@@ -123,9 +127,9 @@ def embed_file(
     workers: int | None = None,
 ) -> dict:
     """Embed lines [start, stop) of `sentence_file` (all by default) into the .npy `output_file`, streamed and
-    written atomically, by `workers` processes (default: `workers.threads()`) that write their rows into the
-    memory-mapped output; returns stats (`rows`, `invalid_utf8_lines`)."""
-    workers = workers or threads()
+    written atomically, by `workers` processes (default: `workers_for`, one a thread but no more than the input's
+    blocks) that write their rows into the memory-mapped output; returns stats (`rows`, `invalid_utf8_lines`)."""
+    workers = workers or workers_for(sentence_file, chunk_lines, start, stop)
     use_torch_for(-(-estimate_lines(sentence_file, start, stop) // workers))  # before the fork: loaded once for all
     with Workers(model, workers) as pool:
         pool.start()  # the workers fork and warm up while the input is planned

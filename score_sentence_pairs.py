@@ -30,7 +30,7 @@ from paraphrastic.fileio import (
     worker_blocks,
 )
 from paraphrastic.static import model_path, pair_cosines, sides, text_notes, use_torch_for
-from paraphrastic.workers import Workers, threads, use_threads
+from paraphrastic.workers import Workers, threads, use_threads, workers_for
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -51,7 +51,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=at_least(1), default=8192, help="pairs per tokenize+pool step")
     p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
+    p.add_argument(
+        "--threads",
+        type=at_least(1),
+        help="worker processes, one core each, no more than the jobs of --chunk-lines lines (default: the idle cores)",
+    )
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     ray_engine.add_args(p, "sentence1<TAB>sentence2 lines (plain or .gz)")
@@ -76,7 +80,7 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
     scores in this process); returns (lines written, the first SHOWN bad line numbers, pairs with an empty side,
     stats: `bad_lines` counts them all, so that memory stays flat however many there are)."""
     path = Path(args.sentence_pair_file)
-    workers = threads() if model.on_cpu else 1
+    workers = workers_for(path, args.chunk_lines) if model.on_cpu else 1
     use_torch_for(-(-2 * estimate_lines(path) // workers))  # before the fork: loaded once for all
     written = empty = 0
     bad: list[int] = []

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from paraphrastic.fileio import Error, left_by_dead, read_at, size_text, write_at
+from paraphrastic.fileio import JOB_BYTES, Error, left_by_dead, read_at, size_text, write_at
 
 IN_FLIGHT = 2  # jobs per worker submitted ahead: one running, one queued
 PARENT_POLL_S = 0.5  # how often a worker checks that its parent lives
@@ -88,6 +88,22 @@ def threads() -> int:
     if torch := sys.modules.get("torch"):
         return torch.get_num_threads()
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def workers_for(path: str | os.PathLike, chunk_lines: int, start: int = 0, stop: int | None = None) -> int:
+    """Worker processes for lines [start, stop) of a text file: threads(), but no more than the blocks of at most
+    `chunk_lines` lines that a plan cuts them into, counted where the file holds JOB_BYTES or less (one block by
+    bytes): a worker without a block only costs its start (a fork, a warm-up) and its exit."""
+    try:
+        small = not str(path).endswith(".gz") and os.path.getsize(path) <= JOB_BYTES
+        data = Path(path).read_bytes() if small else b""
+    except OSError:  # not there, or not readable: the command's own read says so
+        small = False
+    if not small:
+        return threads()
+    lines = data.count(b"\n") + (not data.endswith(b"\n") and len(data) > 0)
+    blocks = -(-max(0, min(lines, stop if stop is not None else lines) - start) // chunk_lines)
+    return max(1, min(threads(), blocks))
 
 
 def busy_cores() -> float:

@@ -359,12 +359,14 @@ print(imported - start, time.perf_counter() - imported)
 """
 
 
-def startup(tmp: Path, count: int = 5) -> str:
-    """The whole-command wall time of `paraphrastic-embed` on the 10-line example, median of `count` runs, and
-    the medians of its first two parts, timed in a process of their own: the imports and loading the model."""
+def startup(tmp: Path, count: int = 5, threads: int | None = None) -> str:
+    """The whole-command wall time of `paraphrastic-embed` on the 10-line example (with --threads `threads`),
+    median of `count` runs, and the medians of its first two parts, timed in a process of their own: the imports
+    and loading the model."""
     example = ROOT / "data" / "example-sentences.txt"
+    given = ["--threads", str(threads)] if threads else []
     runs = [timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(example), "--output-file",
-                   str(tmp / "example.npy"), "--quiet"])[0] for _ in range(count)]  # fmt: skip
+                   str(tmp / "example.npy"), "--quiet", *given])[0] for _ in range(count)]  # fmt: skip
     parts = [subprocess.run([sys.executable, "-c", PARTS], capture_output=True, text=True, check=True).stdout.split()
              for _ in range(count)]  # fmt: skip
     imports, load = (statistics.median(float(part[k]) for part in parts) for k in range(2))
@@ -389,6 +391,9 @@ def main() -> None:
     if args.startup_only:
         with tempfile.TemporaryDirectory() as tmp:
             print(f"{machine_header()}\nstart-up: {startup(Path(tmp), args.startup_runs)}")
+            print(
+                f"start-up with --threads 16 (a 16-core machine's default): {startup(Path(tmp), args.startup_runs, 16)}"
+            )
         for command in COMMANDS:
             runs = [timed([str(BIN / command), "--help"])[0] for _ in range(args.startup_runs)]
             print(f"  {command} --help, median of {args.startup_runs}: {statistics.median(runs):.2f} s")

@@ -11,7 +11,7 @@ import pytest
 from hostile import HOSTILE, reader_script
 
 import paraphrastic
-from paraphrastic import fileio, static
+from paraphrastic import fileio, static, workers
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +110,29 @@ def test_the_workers_plan_reads_the_blocks_iter_line_blocks_reads(tmp_path):
         data = path.read_bytes()
         assert [(first, data[at : at + size]) for first, at, size, _ in plan] == read
         assert [n for *_, n in plan] == [blob.count(b"\n") + (not blob.endswith(b"\n")) for _, blob in read]
+
+
+def test_no_more_workers_are_started_than_a_small_file_has_blocks(tmp_path):
+    """workers_for counts the blocks of lines [start, stop) of a file of JOB_BYTES or less as line_plan cuts them
+    (a worker without one only costs its start): of 64 threads, one worker per block, at least one."""
+    rng = np.random.default_rng(1)
+    workers.use_threads(64)
+    try:
+        for trial in range(60):
+            sizes = rng.choice([0, 1, 5, 50, 300], size=rng.integers(0, 400))
+            text = "\n".join("x" * int(n) for n in sizes) + ("\n" if rng.random() < 0.7 else "")
+            path = tmp_path / f"{trial}.txt"
+            path.write_text(text)
+            chunk, total = int(rng.choice([1, 7, 100, 16384])), fileio.count_lines(path)
+            start = int(rng.integers(0, total + 1))
+            stop = None if rng.random() < 0.5 else int(rng.integers(start, total + 1))
+            blocks = len(fileio.line_plan(path, chunk, start, stop))
+            assert workers.workers_for(path, chunk, start, stop) == max(1, min(64, blocks))
+        big = tmp_path / "big.txt"
+        big.write_bytes(b"a line\n" * (fileio.JOB_BYTES // 7 + 1))  # past one block by bytes: not counted
+        assert workers.workers_for(big, 16384) == 64
+    finally:
+        workers.use_threads(None)
 
 
 def test_a_plan_for_workers_ends_in_finer_blocks(tmp_path):

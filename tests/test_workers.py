@@ -68,6 +68,26 @@ def test_score_rows_are_the_same_for_any_number_of_workers(tiny_model_file, tmp_
     assert len(rows) == 2002 and rows[-2].endswith("\tnan") and rows[-1].endswith("\tnan")
 
 
+@pytest.mark.parametrize("command", ["embed", "score"])
+def test_a_file_of_one_block_is_done_without_forking_workers(tiny_model_file, tmp_path, monkeypatch, command):
+    """Ten lines, one block of work, with --threads 4: no worker is forked (any would only start and stop)."""
+
+    def launch(self):
+        raise AssertionError(f"{self.size} workers forked for one block")
+
+    monkeypatch.setattr(Workers, "_launch", launch)
+    path = tmp_path / "in.txt"
+    path.write_text("".join(f"{a}\t{a}\n" for a in generated_sentences(10, seed=1)))
+    out = tmp_path / "out"
+    if command == "embed":
+        args = ["--sentence-file", path, "--output-file", out.with_suffix(".npy")]
+        main = embed_sentences.main
+    else:
+        args = ["--sentence-pair-file", path, "--output-file", out.with_suffix(".tsv")]
+        main = score_sentence_pairs.main
+    assert main([*map(str, args), "--load-file", str(tiny_model_file), "--threads", "4", "--quiet"]) == 0
+
+
 def test_encode_uses_workers_for_large_inputs_and_gives_the_same_rows(tiny_model, monkeypatch):
     texts = generated_sentences(5000, seed=7) + ["", "\ufffd"]
     here = tiny_model.embed_here(texts)
