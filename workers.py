@@ -94,10 +94,10 @@ def workers_for(path: str | os.PathLike, chunk_lines: int, start: int = 0, stop:
     """Worker processes for lines [start, stop) of a text file: threads(), but no more than the blocks of at most
     `chunk_lines` lines that a plan cuts them into, counted where the file holds JOB_BYTES or less (one block by
     bytes): a worker without a block only costs its start (a fork, a warm-up) and its exit."""
-    try:
-        small = not str(path).endswith(".gz") and os.path.getsize(path) <= JOB_BYTES
+    try:  # a regular file alone: a pipe read here would be read no more
+        small = os.path.isfile(path) and not str(path).endswith(".gz") and os.path.getsize(path) <= JOB_BYTES
         data = Path(path).read_bytes() if small else b""
-    except OSError:  # not there, or not readable: the command's own read says so
+    except OSError:  # not readable: the command's own read says so
         small = False
     if not small:
         return threads()
