@@ -115,9 +115,12 @@ def identity(path: Path) -> tuple[int, int] | None:
 
 
 def test_training_killed_at_random_points_resumes_to_the_same_weights(sp_file, pairs_file, tmp_path):
-    """SIGKILL at random moments (saving every other step, so kills often land mid-save), then resume."""
+    """SIGKILL at random moments (saving every other step, so kills often land mid-save), then resume. A kill
+    comes within 15 steps of a run's first save, at the straight run's pace: mid-run on a machine of any speed."""
     common = ["--max-steps", "60", "--save-every", "2"]
+    start = time.monotonic()
     assert train.main(train_args(pairs_file, sp_file, tmp_path / "straight", *common)) == 0
+    step = (time.monotonic() - start) / 60  # seconds a step, with its start-up spread over them
     seed = random.randrange(10**6)
     rng = random.Random(seed)
     out = tmp_path / "killed"
@@ -132,7 +135,7 @@ def test_training_killed_at_random_points_resumes_to_the_same_weights(sp_file, p
         saved, deadline = identity(out / "resume.pt"), time.monotonic() + 60
         while identity(out / "resume.pt") == saved and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)  # until this run has saved once: it is training
-        time.sleep(rng.uniform(0.0, 0.4))
+        time.sleep(rng.uniform(0.0, 15 * step))
         proc.send_signal(signal.SIGKILL)
         kills += proc.wait() == -signal.SIGKILL
         assert_checkpoints_complete(out)
