@@ -66,7 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
     p.add_argument("--output-file", help="output .npy, shape (lines, dim)")
-    p.add_argument("--batch-size", type=at_least(1), default=8192, help="sentences per tokenize+pool step")
+    p.add_argument(
+        "--batch-size",
+        type=at_least(1),
+        default=8192,
+        help="sentences per tokenize+pool step (a mean model's: 1,024 at least)",
+    )
     p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32")

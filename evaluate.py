@@ -537,7 +537,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--sp-model", help="sentencepiece model of an original-release model file")
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--batch-size", type=at_least(1), default=8192, help="sentences per embedding batch")
+    p.add_argument(
+        "--batch-size",
+        type=at_least(1),
+        default=8192,
+        help="sentences per embedding batch (a mean model's: 1,024 at least)",
+    )
     p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
     p.add_argument("--langs", help=f"Tatoeba languages, comma-separated, or 'all' (default {','.join(DEFAULT_LANGS)})")

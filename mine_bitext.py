@@ -93,7 +93,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nprobe", type=int, default=16, help="IVF lists visited per query")
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="vectors on disk")
     p.add_argument("--work-dir", help="where the vector files go (default: a temporary folder beside the output)")
-    p.add_argument("--batch-size", type=at_least(1), default=8192, help="sentences per tokenize+pool step")
+    p.add_argument(
+        "--batch-size",
+        type=at_least(1),
+        default=8192,
+        help="sentences per tokenize+pool step (a mean model's: 1,024 at least)",
+    )
     p.add_argument(
         "--chunk-lines", type=at_least(1), default=65536, help="lines read, or sentences searched, at a time"
     )

@@ -155,6 +155,10 @@ class Model(nn.Module, Encoding):
         return list(zip(self.poolings, self.tokenizers, strict=True))
 
     @property
+    def pooled_by_mean(self) -> bool:
+        return not self.lstms  # a recurrent part's batch is its memory: the one asked for is kept
+
+    @property
     def kind(self) -> str:
         """'sp', 'word', 'trigram', 'lstm', 'blstm', 'gran' (over sentencepiece), 'lstm-word', ... joined by '+'."""
         names = [t.kind if p == "mean" else p + ("" if t.kind == "sp" else f"-{t.kind}") for p, t in self.parts()]

@@ -48,7 +48,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="score lines without exactly one tab nan and list them, instead of stopping",
     )
-    p.add_argument("--batch-size", type=at_least(1), default=8192, help="pairs per tokenize+pool step")
+    p.add_argument(
+        "--batch-size",
+        type=at_least(1),
+        default=8192,
+        help="pairs per tokenize+pool step (a mean model's: 1,024 at least)",
+    )
     p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument(

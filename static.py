@@ -35,6 +35,8 @@ PARALLEL_MIN = 20_000  # texts from which embed_raw_text starts worker processes
 STREAM_TEXTS = 131_072  # texts of an iterable encode reads at once (and at most STREAM_CHARS characters)
 STREAM_CHARS = 32 << 20
 JOB_TEXTS = 8192  # texts in one worker's job (and at most JOB_BYTES characters)
+MIN_BATCH = 1024  # texts tokenized and pooled at a time, at the least: the rows are the same for any batch, and a
+# batch of sentence-transformers' 32 pays a tokenizer call and a pooling call for every 32 texts (half the speed)
 SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
 UNKNOWN_SHARE = 0.01  # the share of mostly unknown lines from which a run warns that their scores mean little
 TORCH_FROM = 2_000_000  # texts a process pools before torch's faster kernel has repaid its import (bench_pooling.py)
@@ -215,15 +217,16 @@ class Encoding:
     worker processes), over its own `token_ids`, `embed_tokens`, `dim` and `on_cpu`."""
 
     piece_ids = False  # whether `token_ids` gives the first tokenizer's piece ids (a general model's are rows)
+    pooled_by_mean = True  # whether every part pools by the mean, so that a batch's size costs no memory to speak of
 
     def embed_here(
         self, texts: Sequence[str], batch_size: int = 8192, bar=None, stats: dict | None = None
     ) -> np.ndarray:
-        """Embed in this process, `batch_size` texts (and JOB_BYTES characters) at a time: float32 (len(texts), dim),
-        one row per text: each model's `token_ids`, then its `embed_tokens`. `stats`: where to count the texts
-        that are mostly unknown pieces (`count_unknown`), from the same ids."""
+        """Embed in this process, `batch_size` texts (a mean model's MIN_BATCH at least; JOB_BYTES characters at most)
+        at a time: float32 (len(texts), dim), one row per text: each model's `token_ids`, then its `embed_tokens`.
+        `stats`: where to count the texts that are mostly unknown pieces (`count_unknown`), from the same ids."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for cut in text_slices(texts, batch_size):
+        for cut in text_slices(texts, max(batch_size, MIN_BATCH) if self.pooled_by_mean else batch_size):
             ids = self.token_ids(texts[cut], workers.threads())
             if stats is not None:
                 self.count_unknown(texts[cut], stats, ids)
@@ -294,7 +297,10 @@ class Encoding:
         does, and a generator or file is read STREAM_TEXTS at a time through the same workers, so the memory beyond
         the output follows that window, not the corpus (the rows are the same bit for bit). The vectors are means
         of piece vectors, not unit length: `normalize_embeddings=True` makes them so (a dot product is then the
-        cosine). `convert_to_tensor`: a torch tensor; `show_progress_bar`: a bar of sentences on stderr."""
+        cosine). `convert_to_tensor`: a torch tensor; `show_progress_bar`: a bar of sentences on stderr;
+        `batch_size`: texts tokenized and pooled at a time, 1,024 at least for a model that pools by the mean, whose
+        rows are the same for any batch and whose small batches only cost time (sentence-transformers' 32 would
+        halve the speed)."""
         single = isinstance(sentences, str)
         texts = [sentences] if single else sentences
         bar = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import torch
 from conftest import generated_sentences
 
-from paraphrastic import embed_sentences, encoders, models, score_sentence_pairs, train
+from paraphrastic import embed_sentences, encoders, models, score_sentence_pairs, static, train
 
 WORDS = ["a", "man", "dog", "the", "runs"]
 
@@ -143,6 +144,26 @@ def test_combined_parts_are_added_or_concatenated(sp_bytes, combine):
     expect = np.concatenate(one) if combine == "concat" else np.sum(one, axis=0)
     np.testing.assert_allclose(model.embed_raw_text([text])[0], expect, rtol=1e-5, atol=1e-6)
     assert model.dim == (12 if combine == "concat" else 4)
+
+
+def counted(token_ids, seen: list, batch, *args):
+    seen.append(len(batch))
+    return token_ids(batch, *args)
+
+
+def test_a_mean_model_takes_batches_of_min_batch_at_least_and_a_recurrent_one_as_asked(monkeypatch):
+    """sentence-transformers' batch of 32 paid a tokenizer and a pooling call every 32 texts (half the speed) for
+    the same rows: a model that pools by the mean takes MIN_BATCH at least; a recurrent one, whose batch is its
+    memory, the batch asked for."""
+    texts = [f"sentence {i} of a few words" for i in range(3000)]
+    for pooling, sizes in (("mean", [1024, 1024, 952]), ("lstm", [32] * 93 + [24])):
+        model, seen = word_model(pooling=pooling), []
+        monkeypatch.setattr(model, "token_ids", functools.partial(counted, model.token_ids, seen))
+        rows = model.encode(texts, batch_size=32)
+        assert seen == sizes
+        monkeypatch.setattr(static, "MIN_BATCH", 1)
+        assert np.array_equal(rows, model.encode(texts, batch_size=32))
+        monkeypatch.undo()
 
 
 def test_interleave_and_split_parts_are_inverse():

@@ -37,6 +37,7 @@ from paraphrastic import (
     run_setup,
     score_sentence_pairs,
     shards,
+    static,
     train,
     train_config,
 )
@@ -601,8 +602,9 @@ def test_pair_files_with_empty_lines_and_strict_utf8(tiny_model_file, tmp_path, 
 texts = st.lists(st.text(max_size=40), max_size=30)
 
 
-def test_embeddings_do_not_depend_on_batch_size_order_or_device(tiny_model):
+def test_embeddings_do_not_depend_on_batch_size_order_or_device(tiny_model, monkeypatch):
     """Device: only the CPU here; "auto" resolves to CUDA where present, so this compares the two there."""
+    monkeypatch.setattr(static, "MIN_BATCH", 1)  # batches as small as asked
     other = models.SPModel(tiny_model.tokenizer, tiny_model.embedding.weight.detach().clone())
     other = other.to(models.resolve_device("auto"))
 

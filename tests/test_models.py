@@ -45,7 +45,8 @@ def test_lowercasing_follows_the_config(sp_bytes):
     assert not np.array_equal(a, b)
 
 
-def test_embeddings_independent_of_batch_size_and_order(tiny_model):
+def test_embeddings_independent_of_batch_size_and_order(tiny_model, monkeypatch):
+    monkeypatch.setattr(static, "MIN_BATCH", 1)  # batches as small as asked
     texts = generated_sentences(300, seed=1) + ["", "x"]
     full = tiny_model.embed_raw_text(texts, batch_size=10_000)
     for batch_size in (1, 7, 64):
