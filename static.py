@@ -35,6 +35,7 @@ PARALLEL_MIN = 20_000  # texts from which embed_raw_text starts worker processes
 STREAM_TEXTS = 131_072  # texts of an iterable encode reads at once (and at most STREAM_CHARS characters)
 STREAM_CHARS = 32 << 20
 JOB_TEXTS = 8192  # texts in one worker's job (and at most JOB_BYTES characters)
+SP_BATCH = 64  # texts from which sentencepiece's call on a list (a pool of threads) beats one call a text
 MIN_BATCH = 1024  # texts tokenized and pooled at a time, at the least: the rows are the same for any batch, and a
 # batch of sentence-transformers' 32 pays a tokenizer call and a pooling call for every 32 texts (half the speed)
 SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
@@ -77,8 +78,12 @@ class Tokenizer:
         return self.sp.unk_id()
 
     def encode(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
-        """Piece ids of each text (lowercased first when the model was trained lowercased)."""
-        return self.sp.encode(cased(texts, self.lowercase), num_threads=num_threads)
+        """Piece ids of each text (lowercased first when the model was trained lowercased). sentencepiece's call on
+        a list starts a pool of threads (70 us), so fewer than SP_BATCH texts are tokenized one call a text."""
+        texts = cased(texts, self.lowercase)
+        if len(texts) < SP_BATCH:
+            return [self.sp.encode(text) for text in texts]
+        return self.sp.encode(texts, num_threads=num_threads)
 
     def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """(flat ids, per-text lengths) of a batch; a text longer than SEGMENT_CHARS is tokenized in pieces cut at

@@ -68,6 +68,10 @@ def measure(model: SPModel, sentences: list[str], runs: int) -> None:
             with torch.no_grad():
                 pool = median_seconds(lambda b=bags: [model(ids, offsets) for ids, offsets in b], runs)
             print(f"{threads:>7} {batch:>6} {n / e2e:>18,.0f} {n / tok:>16,.0f} {n / pool:>17,.0f}")
+    torch.set_num_threads(1)
+    for k in (1, 10):  # a server's query: the time of one call, start to end
+        each = median_seconds(lambda k=k: [model.encode(sentences[:k]) for _ in range(100)], runs) / 100
+        print(f"encode of {k} sentence{'s' * (k > 1)} in one call: {each * 1e6:,.0f} us")
     tokens = sum(len(x) for x in tokenizer.encode(sentences, os.cpu_count() or 1))
     print(f"pieces per sentence: {tokens / n:.1f}; 'pool only' is the paper's protocol (tokenization excluded)")
     with torch.no_grad():
