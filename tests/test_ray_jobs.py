@@ -181,6 +181,26 @@ def test_a_claimed_folder_is_refused_while_its_run_holds_it(tmp_path):
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [commit.MANIFEST]
 
 
+def test_a_run_resumed_after_a_kill_mid_manifest_or_mid_claim_leaves_only_its_output(tmp_path):
+    """A driver killed while it wrote _SUCCESS (its temporary, never renamed) or its claim (never linked): the run
+    that resumes it publishes the output, and nothing of the killed one is left beside it (the fresh-clone CI once
+    found a `._SUCCESS.PID.*.tmp` there)."""
+    spec = {"kind": "embed", "inputs": [], "model": {}, "options": {}, "items": []}
+    job = commit.Job.open(tmp_path / "o", spec)
+    job.release(keep=True)  # as a killed run leaves it
+    dead = dead_pid()
+    (tmp_path / "o" / f".{commit.MANIFEST}.{dead}.abcd1234.tmp").write_text('{"half": ')
+    (tmp_path / "o" / f".{commit.CLAIM}.{dead}.{'f' * 32}.tmp").write_text("{}")
+    commit.Job.open(tmp_path / "o", spec, resume=True).publish({}, {})
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [commit.MANIFEST]
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
 def test_resume_clears_what_a_run_killed_after_its_manifest_left(tmp_path, monkeypatch):
     """A driver killed between writing _SUCCESS and removing its claim and staging: the output reads whole, and
     --resume says it is finished and clears the rest (not while that run still holds its claim)."""
