@@ -529,8 +529,8 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb") -> Iterator:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path` for a writer that opens files itself (np.lib.format,
-    h5py); it is fsynced and renamed to `path` only if the block finishes without an exception."""
+    """Yield a temporary path beside `path` for a writer that opens files itself (np.lib.format, h5py); it is fsynced
+    and renamed to `path` only if the block finishes without an exception. Those killed writers left go first."""
     path = Path(path)
     if path.exists() and not path.is_file() and not path.is_dir():  # a device or FIFO (/dev/null, <(...)):
         with reporting_full_disk(path):  # written through, never replaced by a regular file
@@ -543,6 +543,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     mode = path.stat().st_mode & 0o7777 if path.exists() else None
     if mode is not None and not os.access(path, os.W_OK):
         raise OutputError(f"{path}: is read-only (mode {mode:o}); make it writable, or write elsewhere")
+    remove_stale_temps(path)
     fd, tmp = _temp_beside(path)
     os.close(fd)
     try:

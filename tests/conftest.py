@@ -9,6 +9,8 @@ import importlib
 import os
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +70,13 @@ def generated_sentences(n: int, seed: int = 0) -> list[str]:
 
 
 CARD = ROOT / "data" / "models" / "README.md"
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended (what a killed run's temporary names)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 def open_rows_files() -> list[str]:

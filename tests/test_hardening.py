@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, generated_sentences, sp_model
+from conftest import ROOT, dead_pid, generated_sentences, sp_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -170,6 +170,21 @@ def test_stale_temporary_files_are_removed_on_the_next_run(sp_file, pairs_file, 
     assert embed_sentences.main([*map(str, args), "--quiet"]) == 0
     assert not (tmp_path / f".out.npy.{dead}.k3k3k3k3.tmp").exists()
     assert (tmp_path / ".out.npy.mybackup.tmp").read_text() == "a user's notes"
+
+
+def test_every_atomic_write_removes_what_killed_writers_of_its_file_left(tmp_path):
+    """A writer killed mid-write leaves `.NAME.PID.XXXXXXXX.tmp` beside NAME: the next write of NAME removes it, by
+    any command (mine's pairs, evaluate's --json, an export, a teacher's targets), and keeps what is not a dead
+    writer's (a live one's, a user's file of a like name)."""
+    dead, alive = dead_pid(), os.getpid()
+    left = [tmp_path / f".out.tsv.{dead}.abcd_123.tmp"]
+    kept = [tmp_path / f".out.tsv.{alive}.abcd_123.tmp", tmp_path / ".out.tsv.mybackup.tmp"]
+    for path in left + kept:
+        path.write_text("partial")
+    with fileio.atomic_output(tmp_path / "out.tsv", "w") as f:
+        f.write("rows")
+    assert sorted(temps(tmp_path)) == sorted(p.name for p in kept)
+    assert (tmp_path / "out.tsv").read_text() == "rows"
 
 
 def test_atomic_output_fsyncs_before_the_rename(tmp_path, monkeypatch):

@@ -10,15 +10,9 @@ import tempfile
 
 import numpy as np
 import pytest
-from conftest import open_rows_files
+from conftest import dead_pid, open_rows_files
 
 from paraphrastic import embed_sentences, evaluate, mine_bitext, score_sentence_pairs, train, workers
-
-
-def dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
 
 
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="a system without memfd")

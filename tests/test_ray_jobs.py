@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import generated_sentences, need
+from conftest import dead_pid, generated_sentences, need
 
 from paraphrastic import commit, embed_sentences, mine_bitext, score_sentence_pairs
 
@@ -193,12 +193,6 @@ def test_a_run_resumed_after_a_kill_mid_manifest_or_mid_claim_leaves_only_its_ou
     (tmp_path / "o" / f".{commit.CLAIM}.{dead}.{'f' * 32}.tmp").write_text("{}")
     commit.Job.open(tmp_path / "o", spec, resume=True).publish({}, {})
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [commit.MANIFEST]
-
-
-def dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
 
 
 def test_resume_clears_what_a_run_killed_after_its_manifest_left(tmp_path, monkeypatch):
