@@ -27,7 +27,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from paraphrastic.fileio import InputError, OutputError, atomic_output, left_by_dead, remove_stale_temps
+from paraphrastic.fileio import InputError, OutputError, atomic_output, left_by_dead
 
 CLAIM, STAGING, MANIFEST = "_claim", "_temporary", "_SUCCESS"
 FORMAT = "paraphrastic-parts"
@@ -138,9 +138,8 @@ class Job:
                 parts.append({"name": name, "rows": rows})
         manifest = {"format": FORMAT, "version": 1, **self.spec, "run": self.record, "finished": now()}
         manifest |= totals | {"rows": sum(p["rows"] for p in parts), "parts": parts}
-        remove_stale_temps(self.out / MANIFEST)  # a killed run's manifest, half written
-        for old in left_by_dead(self.out, f".{CLAIM}"):  # a killed run's claim, never linked
-            old.unlink(missing_ok=True)
+        for old in left_by_dead(self.out, f".{CLAIM}"):  # a killed run's claim, never linked (its half-written
+            old.unlink(missing_ok=True)  # manifest goes as write_json's atomic write begins)
         write_json(self.out / MANIFEST, manifest)
         self.release(keep=False)  # the staging and the claim go
         return manifest

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from paraphrastic.fileio import JOB_BYTES, Error, left_by_dead, read_at, size_text, write_at
+from paraphrastic.fileio import JOB_BYTES, Error, count_lines, left_by_dead, read_at, size_text, write_at
 
 IN_FLIGHT = 2  # jobs per worker submitted ahead: one running, one queued
 PARENT_POLL_S = 0.5  # how often a worker checks that its parent lives
@@ -96,12 +96,11 @@ def workers_for(path: str | os.PathLike, chunk_lines: int, start: int = 0, stop:
     bytes): a worker without a block only costs its start (a fork, a warm-up) and its exit."""
     try:  # a regular file alone: a pipe read here would be read no more
         small = os.path.isfile(path) and not str(path).endswith(".gz") and os.path.getsize(path) <= JOB_BYTES
-        data = Path(path).read_bytes() if small else b""
-    except OSError:  # not readable: the command's own read says so
+        lines = count_lines(path) if small else 0
+    except (OSError, Error):  # not readable: the command's own read says so
         small = False
     if not small:
         return threads()
-    lines = data.count(b"\n") + (not data.endswith(b"\n") and len(data) > 0)
     blocks = -(-max(0, min(lines, stop if stop is not None else lines) - start) // chunk_lines)
     return max(1, min(threads(), blocks))
 
