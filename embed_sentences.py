@@ -46,11 +46,12 @@ from paraphrastic.fileio import (
     worker_blocks,
     write_npy_rows,
 )
-from paraphrastic.static import model_path, text_notes, use_torch_for
+from paraphrastic.static import model_path, signs, text_notes, use_torch_for
 from paraphrastic.workers import Workers, use_threads, workers_for
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
+DTYPES = ("float32", "float16", "binary", "ubinary")  # binary, ubinary: each row's signs, 8 a byte (static.signs)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -74,7 +75,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="the rows' type; binary / ubinary: each row's signs, 8 a byte, as int8 / uint8 (dim/8 bytes a row, "
+        "encode's precision=; default float32)",
+    )
     p.add_argument(
         "--threads",
         type=at_least(1),
@@ -140,17 +147,18 @@ def embed_file(
         pool.start()  # the workers fork and warm up while the input is planned
         blocks, n = worker_blocks(sentence_file, chunk_lines, start, stop, workers)
         stats: dict = {"rows": n, "invalid_utf8_lines": 0}
-        check_room(output_file, n * model.dim * np.dtype(dtype).itemsize)
+        width, kind = row_layout(model.dim, dtype)
+        check_room(output_file, n * width * np.dtype(kind).itemsize)
         with npy_output(output_file) as tmp, progress(n, " sent", quiet) as bar:
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(n, model.dim))  # header and size
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=kind, shape=(n, width))  # header and size
             del out  # the workers write the rows
             reserve_space(tmp)  # a full disk fails here with a clear error, not with SIGBUS in the memory map
-            jobs = ((Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start)
+            jobs = ((Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start, dtype)
                     for first, blob in blocks)  # fmt: skip
             row = 0
             for rows, job_stats, tokens in pool.map(embed_job, jobs):
                 if tokens is not None:  # tokenized by the workers, pooled here on the device
-                    write_npy_rows(tmp, tokens[0], model.embed_tokens(*tokens[1:]))
+                    write_npy_rows(tmp, tokens[0], as_dtype(model.embed_tokens(*tokens[1:]), dtype))
                 for key, value in job_stats.items():
                     stats[key] = stats.get(key, 0) + value
                 row += rows
@@ -175,10 +183,20 @@ def npy_output(output_file: str | os.PathLike) -> Iterator[Path]:
                 shutil.copyfileobj(rows, out, 1 << 20)
 
 
+def row_layout(dim: int, dtype: str) -> tuple[int, str]:
+    """The width and numpy type of an output row of `dim` values written as `dtype` (one of DTYPES)."""
+    return (-(-dim // 8), "int8" if dtype == "binary" else "uint8") if dtype.endswith("binary") else (dim, dtype)
+
+
+def as_dtype(rows: np.ndarray, dtype: str) -> np.ndarray:
+    """Float rows as an output of `dtype` takes them: packed to their signs for binary and ubinary."""
+    return signs(rows, dtype) if dtype.endswith("binary") else rows
+
+
 def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
     """A worker's part of embed_file: decode its lines and write their rows into the output (on a CPU), or
     return their pieces (row, ids, lengths) for the device to pool; returns (lines, stats, pieces or None)."""
-    path, first, block, strict, batch_size, out, row = job
+    path, first, block, strict, batch_size, out, row, dtype = job
     lines, bad = decode_raw(block_bytes(path, block), path, first, strict)
     stats = {"invalid_utf8_lines": bad}
     language.tally(lines, stats)
@@ -186,7 +204,7 @@ def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
         ids = model.token_ids(lines)
         model.count_unknown(lines, stats, ids)
         return len(lines), stats, (row, *ids)
-    write_npy_rows(out, row, model.embed_here(lines, batch_size, stats=stats))
+    write_npy_rows(out, row, as_dtype(model.embed_here(lines, batch_size, stats=stats), dtype))
     return len(lines), stats, None
 
 
@@ -249,16 +267,17 @@ def read_shard(path: Path) -> tuple[dict, np.ndarray]:
         )
     numbers = ("shard", "num_shards", "start", "stop", "lines", "dim")
     bad = [k for k in numbers if not isinstance(rec[k], int) or isinstance(rec[k], bool) or rec[k] < 0]
-    if bad or rec["dtype"] not in ("float32", "float16"):
+    if bad or rec["dtype"] not in DTYPES:
         what = ", ".join(bad) or f"dtype {rec['dtype']!r}"
         raise InputError(f"{rec_file}: a damaged shard record ({what}); re-run that shard")
     if "rows_sha256" in rec and rec["rows_sha256"] != file_sha256(path):
         raise InputError(f"{path}: not the rows its record {rec_file.name} was written for (an interrupted rerun?); "
                          "re-run that shard")  # fmt: skip
-    if rows.shape != (rec["stop"] - rec["start"], rec["dim"]) or rows.dtype != np.dtype(rec["dtype"]):
+    width, kind = row_layout(rec["dim"], rec["dtype"])
+    if rows.shape != (rec["stop"] - rec["start"], width) or rows.dtype != np.dtype(kind):
         raise InputError(
             f"{path}: holds {rows.shape} {rows.dtype} but its record says "
-            f"({rec['stop'] - rec['start']}, {rec['dim']}) {rec['dtype']}; re-run that shard"
+            f"({rec['stop'] - rec['start']}, {width}) {kind} ({rec['dtype']}); re-run that shard"
         )
     return rec, rows
 
@@ -364,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     for note in text_notes(model, stats, args.load_file):
         print(note, file=sys.stderr)
     where = "" if args.shard is None else f" (shard {args.shard} of {args.num_shards})"
-    print(f"wrote {stats['rows']} x {model.dim} {args.dtype} embeddings{where} to {args.output_file}", file=sys.stderr)
+    packed = f" ({row_layout(model.dim, args.dtype)[0]} bytes a row)" if args.dtype.endswith("binary") else ""
+    print(f"wrote {stats['rows']} x {model.dim} {args.dtype} embeddings{packed}{where} to {args.output_file}",
+          file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -11,6 +11,7 @@ the tokenizer and the API below; training, GPUs and the other encoders need it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import io
 import itertools
@@ -19,6 +20,7 @@ import string
 import sys
 import tempfile
 import unicodedata
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -40,6 +42,8 @@ MIN_BATCH = 1024  # texts tokenized and pooled at a time, at the least: the rows
 # batch of sentence-transformers' 32 pays a tokenizer call and a pooling call for every 32 texts (half the speed)
 SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
 UNKNOWN_SHARE = 0.01  # the share of mostly unknown lines from which a run warns that their scores mean little
+PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")  # encode's `precision`, by sentence-transformers' names
+BLOCK_ROWS = 65_536  # rows quantized at a time: the temporaries stay a few MB whatever the output
 TORCH_FROM = 2_000_000  # texts a process pools before torch's faster kernel has repaid its import (bench_pooling.py)
 SP_FILE = "sentencepiece.model"  # an exported folder's copy of the sentencepiece model
 CHECKED = ("model.safetensors", "tokenizer.json", SP_FILE)  # the files whose checksums config.json records
@@ -210,6 +214,48 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
+def signs(rows: np.ndarray, precision: str = "ubinary") -> np.ndarray:
+    """Each row's signs (> 0), 8 a byte, as sentence-transformers packs them: `ubinary` as uint8, `binary` as int8
+    (the same bytes minus 128): 1/32 of float32's bytes, and two rows' share of agreeing bits tracks their cosine."""
+    out = np.empty((len(rows), -(-rows.shape[1] // 8)), dtype=np.uint8 if precision == "ubinary" else np.int8)
+    packed = out.view(np.uint8)
+    for at in range(0, len(rows), BLOCK_ROWS):
+        packed[at : at + BLOCK_ROWS] = np.packbits(rows[at : at + BLOCK_ROWS] > 0, axis=1)
+    if precision == "binary":
+        np.bitwise_xor(packed, 0x80, out=packed)
+    return out
+
+
+def scaled_bytes(rows: np.ndarray, precision: str = "uint8") -> np.ndarray:
+    """Rows as one byte a value, as sentence-transformers quantizes them: each column's range over these rows cut
+    into 255 steps, a value as the step it falls in (`uint8`; a constant column: step 0), minus 128 for `int8`.
+    The steps come from the rows given, so give them together: 100 or more."""
+    if len(rows) == 1:
+        raise ValueError(f"{precision} cuts each column's range over the rows: encode many texts together, not one")
+    if 1 < len(rows) < 100:
+        warnings.warn(f"{precision} steps from {len(rows)} rows: a column's range is that of these rows alone",
+                      stacklevel=3)  # fmt: skip
+    out = np.empty(rows.shape, dtype=np.uint8 if precision == "uint8" else np.int8)
+    packed = out.view(np.uint8)
+    if len(rows):
+        low = rows.min(axis=0)
+        step = (rows.max(axis=0) - low) / 255
+        step[step == 0] = 1
+        for at in range(0, len(rows), BLOCK_ROWS):
+            packed[at : at + BLOCK_ROWS] = np.clip(np.floor((rows[at : at + BLOCK_ROWS] - low) / step), 0, 255)
+    if precision == "int8":
+        np.bitwise_xor(packed, 0x80, out=packed)
+    return out
+
+
+def rows_as(rows: np.ndarray, normalize: bool, precision: str) -> np.ndarray:
+    """encode's rows as asked, where each row alone decides (the int8 steps need every row: `scaled_bytes`):
+    scaled to unit length in place, then packed to their signs for a binary `precision`."""
+    if normalize:
+        rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    return signs(rows, precision) if precision.endswith("binary") else rows
+
+
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Row-wise cosine of two (N, dim) arrays; a zero vector scores 0."""
     num = np.einsum("ij,ij->i", a, b, dtype=np.float64)
@@ -296,6 +342,8 @@ class Encoding:
         convert_to_tensor: bool = False,
         normalize_embeddings: bool = False,
         pool: Workers | None = None,
+        precision: str = "float32",
+        device: str | None = None,
     ):
         """sentence-transformers' `encode`: float32 rows (n, dim), one per sentence, in order; a 1-D vector for one
         string. `sentences` is any iterable of strings: a list is embedded by worker processes as embed_raw_text
@@ -305,7 +353,13 @@ class Encoding:
         cosine). `convert_to_tensor`: a torch tensor; `show_progress_bar`: a bar of sentences on stderr;
         `batch_size`: texts tokenized and pooled at a time, 1,024 at least for a model that pools by the mean, whose
         rows are the same for any batch and whose small batches only cost time (sentence-transformers' 32 would
-        halve the speed)."""
+        halve the speed). `precision`: one of PRECISIONS, as sentence-transformers gives them: `binary`/`ubinary`
+        pack each row's signs (`signs`; a stream's window by window, so only the packed rows are held), `int8`/
+        `uint8` cut each column's range over all the rows (`scaled_bytes`). `device`: where the model is (it is
+        not moved)."""
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r} is none of {', '.join(PRECISIONS)}")
+        self.check_device(device)
         single = isinstance(sentences, str)
         texts = [sentences] if single else sentences
         bar = None
@@ -313,14 +367,15 @@ class Encoding:
             from tqdm import tqdm
 
             bar = tqdm(total=len(texts) if is_sequence(texts) else None, unit=" sent", file=sys.stderr)
+        finish = functools.partial(rows_as, normalize=normalize_embeddings, precision=precision)
         try:
-            out = self.embed_raw_text(texts, batch_size, pool, bar) if is_sequence(texts) else (
-                self.embed_stream(texts, batch_size, pool, bar))  # fmt: skip
+            out = finish(self.embed_raw_text(texts, batch_size, pool, bar)) if is_sequence(texts) else (
+                self.embed_stream(texts, batch_size, pool, bar, finish))  # fmt: skip
         finally:
             if bar is not None:
                 bar.close()
-        if normalize_embeddings:
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        if precision.endswith("int8"):
+            out = scaled_bytes(out, precision)
         out = out[0] if single else out
         if convert_to_tensor:
             import torch
@@ -328,22 +383,35 @@ class Encoding:
             return torch.from_numpy(out)
         return out if convert_to_numpy else list(out)
 
-    def embed_stream(self, texts: Iterable[str], batch_size: int, pool: Workers | None, bar) -> np.ndarray:
-        """encode's rows of an iterable that is no list: windows of it embedded in turn into an output that grows in
-        place (realloc moves its pages, it does not copy them), through one pool of workers for the whole stream."""
-        out, n = np.empty((0, self.dim), dtype=np.float32), 0
+    def embed_stream(
+        self, texts: Iterable[str], batch_size: int, pool: Workers | None, bar, finish=lambda rows: rows
+    ) -> np.ndarray:
+        """encode's rows of an iterable that is no list: windows of it embedded in turn, each window's rows made
+        what `finish` makes of them, into an output that grows in place (realloc moves its pages, it does not copy
+        them), through one pool of workers for the whole stream."""
+        out, n = finish(np.empty((0, self.dim), dtype=np.float32)), 0
         with contextlib.ExitStack() as stack:
             for window in text_windows(texts):
                 if pool is None and len(window) >= PARALLEL_MIN and workers.threads() > 1:
                     pool = stack.enter_context(Workers(self))
-                rows = self._embed(window, batch_size, pool, bar)  # text_windows checked its texts
+                rows = finish(self._embed(window, batch_size, pool, bar))  # text_windows checked its texts
                 if n + len(rows) > len(out):
-                    out.resize((max(2 * len(out), n + len(rows)), self.dim), refcheck=False)
+                    out.resize((max(2 * len(out), n + len(rows)), out.shape[1]), refcheck=False)
                 out[n : n + len(rows)] = rows
                 n += len(rows)
                 del rows
-        out.resize((n, self.dim), refcheck=False)
+        out.resize((n, out.shape[1]), refcheck=False)
         return out
+
+    def check_device(self, device) -> None:
+        """encode's `device`, sentence-transformers' argument: None or where this model is ("cuda" for any GPU
+        it is on); a ValueError says how to load it elsewhere, since encode does not move a model."""
+        here = "cpu" if self.on_cpu else str(self.device)
+        if device is not None and str(device) not in (here, here.split(":")[0]):
+            raise ValueError(
+                f"this model is on {here} and encode does not move it: load it with device={str(device)!r} "
+                "(paraphrastic.load_model or load_encoder)"
+            )
 
     def start_multi_process_pool(self, workers: int | None = None) -> Workers:
         """Worker processes to keep across `encode(..., pool=pool)` calls (default: one per thread): a call without
@@ -384,15 +452,28 @@ class Encoding:
     def similarity(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> np.ndarray:
         """Cosine of every row of `a` with every row of `b`, (len(a), len(b)), as sentence-transformers'
         `similarity`: each side is a list of sentences or an array of vectors from `encode`."""
-        a, b = (np.asarray(x) if is_vectors(x) else self.encode(x) for x in (a, b))
+        a, b = map(self.vectors_of, (a, b))
         return unit_rows(a) @ unit_rows(b).T
 
     def similarity_pairwise(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> np.ndarray:
         """Cosine of row i of `a` with row i of `b`, (len(a),), as sentence-transformers' `similarity_pairwise`."""
-        a, b = (np.asarray(x) if is_vectors(x) else self.encode(x) for x in (a, b))
+        a, b = map(self.vectors_of, (a, b))
         if a.shape != b.shape:
             raise ValueError(f"similarity_pairwise takes two sides of one shape, not {a.shape} and {b.shape}")
         return np.einsum("ij,ij->i", unit_rows(a), unit_rows(b))
+
+    def vectors_of(self, x: Sequence[str] | np.ndarray) -> np.ndarray:
+        """A side of `similarity`: its vectors as given, or encoded; packed signs (precision="binary") are refused,
+        since the cosine of their bytes means nothing."""
+        if not is_vectors(x):
+            return self.encode(x)
+        x = np.asarray(x)
+        if x.dtype in (np.int8, np.uint8) and x.ndim == 2 and x.shape[1] != self.dim:
+            raise ValueError(
+                f"rows of {x.shape[1]} bytes are packed signs (precision='binary'), whose cosine means nothing: compare "
+                "them by the share of their bits that agree (docs/usage.md, 'Smaller vectors')"
+            )
+        return x
 
     def get_sentence_embedding_dimension(self) -> int:
         """The vectors' length, by sentence-transformers' name for it (`dim`)."""

@@ -93,7 +93,7 @@ out = np.lib.format.open_memmap(sys.argv[4], mode="w+", dtype="float32", shape=(
 def block(path):  # the bytes of the first 16,384 lines, as a worker's (offset, length)
     data = path.read_bytes()[: 16 << 20]
     return 0, sum(map(len, data.splitlines(keepends=True)[:16384]))
-jobs = {"embed": (embed_job, (text, 1, block(text), False, 8192, sys.argv[4], 0)),
+jobs = {"embed": (embed_job, (text, 1, block(text), False, 8192, sys.argv[4], 0, "float32")),
         "score": (score_job, (pairs, 1, block(pairs), False, False, 8192))}
 for name, (job, args) in jobs.items():
     job(model, args)

@@ -46,7 +46,8 @@ model = paraphrastic.load_encoder(sys.argv[1])
 def kib(field):
     return int(Path("/proc/self/status").read_text().split(field + ":")[1].split()[0])
 before = kib("VmRSS")
-rows = model.encode(f"sentence number {i} is about a cat on a mat" for i in range(int(sys.argv[2])))
+rows = model.encode((f"sentence number {i} is about a cat on a mat" for i in range(int(sys.argv[2]))),
+                    precision=sys.argv[3] if sys.argv[3:] else "float32")
 print((kib("VmHWM") - before) * 1024 - rows.nbytes, rows.shape[0])
 """
 
@@ -58,6 +59,69 @@ def test_a_streamed_million_costs_the_output_and_a_window_not_the_corpus(tiny_mo
     corpus = sum(sys.getsizeof(text) for text in stream(1_000_000))  # what holding the texts alone would cost
     print(f"memory beyond the output: {streamed / 2**20:.0f} MiB streamed; the texts: {corpus / 2**20:.0f} MiB")
     assert rows == 1_000_000 and streamed < 64 << 20 < corpus  # a window of texts: the million alone exceed the bound
+
+
+def test_a_stream_packed_to_bits_holds_the_packed_rows_not_the_floats():
+    """precision="ubinary" packs each window's rows as it comes: 300,000 rows of the shipped model hold 9 MiB,
+    where their floats would take 293 MiB."""
+    done = subprocess.run([sys.executable, "-c", MEMORY, "default", "300000", "ubinary"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    beyond, rows = map(int, done.stdout.split())
+    print(f"memory beyond the packed rows: {beyond / 2**20:.0f} MiB; their floats: {rows * 256 * 4 / 2**20:.0f} MiB")
+    assert rows == 300_000 and beyond < 64 << 20 < rows * 256 * 4
+
+
+def test_precision_packs_signs_and_cuts_each_column_in_255_steps(model):
+    texts = [f"{i} sentences, one of them the {i}th about a {'cat' if i % 3 else 'dog'}." for i in range(3000)]
+    rows = model.encode(texts)
+    ubinary = model.encode(texts, precision="ubinary")
+    assert ubinary.dtype == np.uint8 and ubinary.shape == (3000, 32)
+    assert np.array_equal(np.unpackbits(ubinary, axis=1).astype(bool), rows > 0)
+    assert np.array_equal(model.encode(texts, precision="binary").view(np.uint8), ubinary ^ 0x80)
+    uint8 = model.encode(texts, precision="uint8").astype(np.float32)
+    low, high = rows.min(axis=0), rows.max(axis=0)
+    step = (high - low) / 255
+    assert (uint8.min(axis=0) == 0).all() and (uint8.max(axis=0) >= 254).all()  # each column's whole range (the
+    # top value's step is 254 where (high - low) / step rounds below 255, as in sentence-transformers)
+    assert (np.abs(low + (uint8 + 0.5) * step - rows) <= 0.5 * step * 1.001).all()  # each value in its step
+    assert np.array_equal(model.encode(texts, precision="int8").view(np.uint8), uint8.astype(np.uint8) ^ 0x80)
+    streamed = model.encode(iter(texts), precision="int8", normalize_embeddings=True)
+    assert np.array_equal(streamed, model.encode(texts, precision="int8", normalize_embeddings=True))
+
+
+def test_precision_gives_sentence_transformers_bytes(model):
+    quantize_embeddings = pytest.importorskip("sentence_transformers.util.quantization").quantize_embeddings
+    texts = list(stream(2000))
+    for normalize in (False, True):
+        rows = model.encode(texts, normalize_embeddings=normalize)
+        for precision in static.PRECISIONS:
+            ours = model.encode(texts, precision=precision, normalize_embeddings=normalize)
+            theirs = quantize_embeddings(rows, precision=precision)
+            assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs), precision
+
+
+def test_precision_and_device_errors_say_what_to_do(model):
+    with pytest.raises(ValueError, match="precision 'float16' is none of float32, int8, uint8, binary, ubinary"):
+        model.encode(["a"], precision="float16")
+    with pytest.raises(ValueError, match="encode many texts together, not one"):
+        model.encode("one", precision="int8")
+    with pytest.warns(UserWarning, match="int8 steps from 3 rows"):
+        model.encode(["one", "two", "three"], precision="int8")
+    assert model.encode([], precision="binary").shape == (0, 32) and model.encode([], precision="int8").shape == (
+        0,
+        256,
+    )
+    assert model.encode(["a"], device="cpu").shape == model.encode(["a"], device=torch.device("cpu")).shape == (1, 256)
+    with pytest.raises(
+        ValueError, match=r"this model is on cpu and encode does not move it: load it with device='cuda'"
+    ):
+        model.encode(["a"], device="cuda")
+    texts = list(stream(200))
+    assert model.similarity(model.encode(texts, precision="int8"), texts).shape == (200, 200)  # int8: values, cosine
+    with pytest.raises(
+        ValueError, match="rows of 32 bytes are packed signs .* compare them by the share of their bits"
+    ):
+        model.similarity(model.encode(texts, precision="binary"), texts)
 
 
 def test_normalized_tensor_and_progress_bar(model, capsys):

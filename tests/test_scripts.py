@@ -27,6 +27,9 @@ def test_embed_cli_matches_api(tiny_model_file, tmp_path):
     np.testing.assert_array_equal(got, load_model(tiny_model_file).embed_raw_text(sentences))
     assert embed_sentences.main([*map(str, args), "--dtype", "float16", "--quiet"]) == 0
     assert np.load(out).dtype == np.float16
+    for dtype in ("binary", "ubinary"):  # each row's signs, 8 a byte, as encode's precision gives them
+        assert embed_sentences.main([*map(str, args), "--chunk-lines", "37", "--dtype", dtype, "--quiet"]) == 0
+        np.testing.assert_array_equal(np.load(out), load_model(tiny_model_file).encode(sentences, precision=dtype))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.npy", "tiny.pt"]
 
 

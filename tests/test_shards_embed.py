@@ -39,7 +39,7 @@ def test_shard_bounds_cut_the_lines_into_contiguous_near_equal_slices(lines, num
 
 
 @pytest.mark.parametrize("lines", [300, 301, 302, 2])  # divisible by 3, not divisible, fewer lines than shards
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "ubinary"])
 def test_three_shards_concatenated_equal_the_unsharded_output(lines, dtype, tiny_model_file, tmp_path):
     text = write_lines(tmp_path / "in.txt", lines)
     whole = tmp_path / "whole.npy"
@@ -51,7 +51,7 @@ def test_three_shards_concatenated_equal_the_unsharded_output(lines, dtype, tiny
     assert embed("--concat", tmp_path / "joined.npy", *paths) == 0
     expected = np.load(whole)
     joined = np.load(tmp_path / "joined.npy")
-    assert joined.dtype == expected.dtype and joined.shape == expected.shape == (lines, 16)
+    assert joined.dtype == expected.dtype and joined.shape == expected.shape == (lines, 2 if dtype == "ubinary" else 16)
     np.testing.assert_array_equal(joined, expected)
     matrix = open_sharded(paths)
     assert matrix.shape == expected.shape and len(matrix) == lines

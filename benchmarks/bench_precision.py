@@ -1,0 +1,72 @@
+"""What encode's `precision` keeps: STS correlations of the shipped models' vectors as float32, int8 and binary.
+
+    python benchmarks/bench_precision.py [--data-dir ../shared/data]
+
+The dev sets only (STS Benchmark dev, STS 2017 en-en, STS 2012 train): every distinct sentence of them is
+embedded in one `encode(..., precision=P)` call, so the int8 steps come from those rows together, as a user's
+corpus would give them. A pair scores the cosine of its two rows (int8 values as numbers) or, for binary rows,
+the share of their 256 sign bits that agree (1 - Hamming / bits). uint8 and ubinary are the same bytes plus 128,
+so they rank alike. Prints Spearman x 100 per set and the bytes of a row.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from common import DATA, machine_header
+
+import paraphrastic
+from paraphrastic import evaluate, static
+
+SETS = {"STSb dev": "sts/en/stsb/dev.tsv", "STS17 en-en": "sts/2017/en-en.tsv", "STS12 train": "sts/en/2012-train"}
+SHOWN = ("float32", "int8", "binary")
+
+
+def read_sets(root: Path) -> dict[str, evaluate.Pairs]:
+    """The dev sets' pairs, the 2012 train files as one set."""
+    out = {}
+    for name, where in SETS.items():
+        files = sorted((root / where).glob("*.tsv")) if (root / where).is_dir() else [root / where]
+        parts = [evaluate.read_sts_pairs(f) for f in files]
+        out[name] = evaluate.Pairs(
+            [s for p in parts for s in p.s1], [s for p in parts for s in p.s2], np.concatenate([p.gold for p in parts])
+        )
+    return out
+
+
+def agreement(a: np.ndarray, b: np.ndarray, precision: str) -> np.ndarray:
+    """Row i of `a` against row i of `b`: the share of equal sign bits for packed rows, else the cosine."""
+    if precision.endswith("binary"):
+        return 1 - np.unpackbits(a.view(np.uint8) ^ b.view(np.uint8), axis=1).mean(axis=1)
+    return static.cosine(a.astype(np.float32), b.astype(np.float32))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data-dir", type=Path, default=DATA)
+    args = p.parse_args()
+    sets = read_sets(args.data_dir)
+    texts = sorted({t for pairs in sets.values() for t in (*pairs.s1, *pairs.s2)})
+    row = {t: i for i, t in enumerate(texts)}
+    print(machine_header())
+    print(f"{len(texts):,} distinct sentences of {', '.join(f'{k} ({len(v.gold):,} pairs)' for k, v in sets.items())}")
+    for name in ("default", "multilingual"):
+        model = paraphrastic.load_encoder(name)
+        print(f"\n{name} model: Spearman x 100\n")
+        print(f"| precision | bytes a row | {' | '.join(sets)} |")
+        print("|---|---|" + "---|" * len(sets))
+        for precision in SHOWN:
+            rows = model.encode(texts, precision=precision)
+            scores = []
+            for pairs in sets.values():
+                a = rows[[row[t] for t in pairs.s1]]
+                b = rows[[row[t] for t in pairs.s2]]
+                scores.append(evaluate.correlations(agreement(a, b, precision), pairs.gold)["spearman"])
+            cells = " | ".join(f"{s:.2f}" for s in scores)
+            print(f"| {precision} | {rows.shape[1] * rows.itemsize} | {cells} |")
+
+
+if __name__ == "__main__":
+    main()
