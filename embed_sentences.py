@@ -46,7 +46,7 @@ from paraphrastic.fileio import (
     worker_blocks,
     write_npy_rows,
 )
-from paraphrastic.static import model_path, signs, text_notes, use_torch_for
+from paraphrastic.static import model_path, row_layout, rows_in, text_notes, use_torch_for
 from paraphrastic.workers import Workers, use_threads, workers_for
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
@@ -96,7 +96,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--text-column", default="text", help="with --engine ray: the text column of Parquet inputs")
     args = p.parse_args(argv)
     if args.engine == "ray":
-        local = ["sentence_file", "output_file", "concat", "shard", "num_shards", "sp_model", "device", "dtype"]
+        local = ["sentence_file", "output_file", "concat", "shard", "num_shards", "sp_model", "device"]
         ray_engine.refuse_local_options(p, args, *local, "chunk_lines")
         if not (args.input and args.output_dir):
             p.error("--engine ray needs --input PATTERN... and --output-dir")
@@ -158,7 +158,7 @@ def embed_file(
             row = 0
             for rows, job_stats, tokens in pool.map(embed_job, jobs):
                 if tokens is not None:  # tokenized by the workers, pooled here on the device
-                    write_npy_rows(tmp, tokens[0], as_dtype(model.embed_tokens(*tokens[1:]), dtype))
+                    write_npy_rows(tmp, tokens[0], rows_in(model.embed_tokens(*tokens[1:]), dtype))
                 for key, value in job_stats.items():
                     stats[key] = stats.get(key, 0) + value
                 row += rows
@@ -183,16 +183,6 @@ def npy_output(output_file: str | os.PathLike) -> Iterator[Path]:
                 shutil.copyfileobj(rows, out, 1 << 20)
 
 
-def row_layout(dim: int, dtype: str) -> tuple[int, str]:
-    """The width and numpy type of an output row of `dim` values written as `dtype` (one of DTYPES)."""
-    return (-(-dim // 8), "int8" if dtype == "binary" else "uint8") if dtype.endswith("binary") else (dim, dtype)
-
-
-def as_dtype(rows: np.ndarray, dtype: str) -> np.ndarray:
-    """Float rows as an output of `dtype` takes them: packed to their signs for binary and ubinary."""
-    return signs(rows, dtype) if dtype.endswith("binary") else rows
-
-
 def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
     """A worker's part of embed_file: decode its lines and write their rows into the output (on a CPU), or
     return their pieces (row, ids, lengths) for the device to pool; returns (lines, stats, pieces or None)."""
@@ -204,7 +194,7 @@ def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
         ids = model.token_ids(lines)
         model.count_unknown(lines, stats, ids)
         return len(lines), stats, (row, *ids)
-    write_npy_rows(out, row, as_dtype(model.embed_here(lines, batch_size, stats=stats), dtype))
+    write_npy_rows(out, row, rows_in(model.embed_here(lines, batch_size, stats=stats), dtype))
     return len(lines), stats, None
 
 
@@ -359,7 +349,7 @@ def concat_shards(paths: list[str | os.PathLike], output_file: str | os.PathLike
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.engine == "ray":
-        return ray_engine.main_files(args, "embed", text_column=args.text_column)
+        return ray_engine.main_files(args, "embed", text_column=args.text_column, dtype=args.dtype)
     if args.concat:
         out, *paths = args.concat
         refuse_same_file(out, *paths)

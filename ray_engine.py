@@ -48,7 +48,7 @@ from paraphrastic.fileio import (
     open_input,
     parse_pair_lines,
 )
-from paraphrastic.static import model_path, use_torch_for
+from paraphrastic.static import model_path, rows_in, use_torch_for
 from paraphrastic.workers import use_threads
 
 LINES_PER_ITEM = 262_144  # lines of a plain text file in one work item
@@ -74,7 +74,7 @@ def add_args(p: argparse.ArgumentParser, what: str) -> None:
 
 def refuse_local_options(p: argparse.ArgumentParser, args: argparse.Namespace, *dests: str) -> None:
     """With --engine ray: one usage error naming each option of `dests` given, which the engine would not follow."""
-    why = "its actors read our model files, on their CPUs, and write float32 Parquet parts to --output-dir"
+    why = "its actors read our model files, on their CPUs, and write Parquet parts to --output-dir"
     refuse_unused(p, args, "--engine ray", why, *dests)
 
 
@@ -281,10 +281,11 @@ class Parts:
     (embedding, or scoring with `score`); `run_item` returns the item's record."""
 
     def __init__(self, model: str | None, out: str, batch_size: int = 8192, strict: bool = False,
-                 score: bool = False, skip_bad: bool = False, text_column: str = "text", share: int = 0):  # fmt: skip
+                 score: bool = False, skip_bad: bool = False, text_column: str = "text", share: int = 0,
+                 dtype: str = "float32"):  # fmt: skip
         self.model, self.out = actor_model(model, share * (2 if score else 1)), Path(out)
         self.batch_size, self.strict, self.score, self.skip_bad = batch_size, strict, score, skip_bad
-        self.text_column = text_column
+        self.text_column, self.dtype = text_column, dtype
 
     def run_item(self, item: dict) -> dict:
         """One work item: its record (parts and their rows, bad and invalid lines), or its error (bad input,
@@ -315,7 +316,7 @@ class Parts:
     def vectors(self, file: str, first: int, lines: list[str]):
         import pyarrow as pa
 
-        vectors = self.model.embed_here(lines, self.batch_size)
+        vectors = rows_in(self.model.embed_here(lines, self.batch_size), self.dtype)
         column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
         return keyed(file, first, len(lines)).append_column("vector", column)
 
@@ -477,7 +478,8 @@ class Batches:
 
 
 def part_vectors(folder: Path, item: int | None = None) -> np.ndarray:
-    """The vectors of one work item's parts (or of all parts) in a folder, in line order, float32 (rows, dim)."""
+    """The vectors of one work item's parts (or of all parts) in a folder, in line order, (rows, dim) in the parts'
+    type (float32 where paraphrastic-mine wrote them)."""
     import pyarrow.parquet as pq
 
     paths = sorted(folder.glob("part-*.parquet" if item is None else f"part-{item:06d}-*.parquet"))

@@ -248,6 +248,17 @@ def scaled_bytes(rows: np.ndarray, precision: str = "uint8") -> np.ndarray:
     return out
 
 
+def row_layout(dim: int, dtype: str) -> tuple[int, str]:
+    """The width and numpy type of a row of `dim` values stored as `dtype`: float32, float16, or its signs packed
+    8 a byte (binary as int8, ubinary as uint8)."""
+    return (-(-dim // 8), "int8" if dtype == "binary" else "uint8") if dtype.endswith("binary") else (dim, dtype)
+
+
+def rows_in(rows: np.ndarray, dtype: str) -> np.ndarray:
+    """Float rows stored as `dtype` (see row_layout)."""
+    return signs(rows, dtype) if dtype.endswith("binary") else rows.astype(dtype, copy=False)
+
+
 def rows_as(rows: np.ndarray, normalize: bool, precision: str) -> np.ndarray:
     """encode's rows as asked, where each row alone decides (the int8 steps need every row: `scaled_bytes`):
     scaled to unit length in place, then packed to their signs for a binary `precision`."""

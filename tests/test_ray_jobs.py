@@ -143,14 +143,14 @@ def test_two_runs_started_together_into_one_folder_one_wins(cluster, tiny_model_
 
 
 def test_options_the_engine_would_not_follow_are_one_usage_error(tmp_path, capsys):
-    """--engine ray with an option its actors would not follow (a sentencepiece file, a device, float16, a local
+    """--engine ray with an option its actors would not follow (a sentencepiece file, a device, a shard, a local
     output, job sizes): one usage error naming each, before any work, where a run used to ignore them."""
     text = tmp_path / "a.txt"
     text.write_text("a man\n")
     ray = ["--engine", "ray", "--input", str(text), "--output-dir", str(tmp_path / "o")]
     mine = ["--engine", "ray", "--source", str(text), "--target", str(text), "--output-file", str(tmp_path / "m.tsv")]
     cases = [
-        (embed_sentences.main, [*ray, "--dtype", "float16", "--sp-model", "x.model"], "--sp-model, --dtype"),
+        (embed_sentences.main, [*ray, "--sp-model", "x.model", "--shard", "1"], "--shard, --sp-model"),
         (embed_sentences.main, [*ray, "--output-file", "v.npy", "--device", "auto"], "--output-file, --device"),
         (score_sentence_pairs.main, [*ray, "--chunk-lines", "100"], "--chunk-lines"),
         (mine_bitext.main, [*mine, "--device", "cuda", "--sp-model", "x.model"], "--sp-model, --device"),
@@ -159,7 +159,7 @@ def test_options_the_engine_would_not_follow_are_one_usage_error(tmp_path, capsy
         with pytest.raises(SystemExit) as stop:
             main(args)
         err = capsys.readouterr().err.strip().splitlines()
-        why = "its actors read our model files, on their CPUs, and write float32 Parquet parts to --output-dir"
+        why = "its actors read our model files, on their CPUs, and write Parquet parts to --output-dir"
         assert stop.value.code == 2, err
         assert err[-1].endswith(f"error: --engine ray does not take {named} ({why}): leave them out"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
