@@ -1,5 +1,6 @@
 """How every command starts and ends: one `error:` line for a user's mistake (never a traceback), SIGTERM handled as
-Ctrl-C (temporaries removed, workers stopped), and --help that shows each option's default and an example."""
+Ctrl-C (temporaries removed, workers stopped), a reader that stops reading (`| head`) ending it quietly, and --help
+that shows each option's default and an example."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import functools
 import gc
 import os
 import re
+import select
 import signal
 import sys
 import threading
@@ -77,6 +79,9 @@ def run_cli(main: Callable[..., int | None]) -> Callable[..., int]:
             print(f"error: {e}", file=sys.stderr)
             return e.exit_code
         except OSError as e:
+            if isinstance(e, BrokenPipeError) and stdout_unread():  # `| head` has what it wanted: stop as Unix tools do
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit then writes nowhere
+                return 128 + signal.SIGPIPE
             where = f"{e.filename}: " if e.filename else ""
             print(f"error: {where}{e.strerror or e}", file=sys.stderr)
             return 2
@@ -89,6 +94,17 @@ def run_cli(main: Callable[..., int | None]) -> Callable[..., int]:
                 _term_owner = outer
 
     return wrapped
+
+
+def stdout_unread() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (poll says so of a pipe with no reader left),
+    rather than a pipe to a worker that died."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):  # no standard output, or one without a file descriptor
+        return False
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

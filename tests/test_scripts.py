@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,6 +57,30 @@ def test_empty_input_gives_empty_matrix(tiny_model_file, tmp_path):
     args = ["--sentence-file", tmp_path / "empty.txt", "--load-file", tiny_model_file, "--output-file", out]
     assert embed_sentences.main([*map(str, args), "--quiet"]) == 0
     assert np.load(out).shape == (0, 16)
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly_with_its_workers(tiny_model_file, tmp_path):
+    """`paraphrastic-score ... | head -1`: once the reader is gone the command stops as Unix tools do, exit 141
+    (SIGPIPE's) and nothing said, its workers with it; it used to say `error: Broken pipe` and exit 2."""
+    pairs = tmp_path / "many-pairs.txt"
+    sides = zip(generated_sentences(30_000, 1), generated_sentences(30_000, 2), strict=True)
+    pairs.write_text("".join(f"{a}\t{b}\n" for a, b in sides))
+    command = [sys.executable, "-m", "paraphrastic.score_sentence_pairs", "--sentence-pair-file", str(pairs)]
+    run = subprocess.Popen([*command, "--load-file", str(tiny_model_file), "--threads", "2", "--quiet"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    first = run.stdout.readline()
+    run.stdout.close()
+    err, code = run.stderr.read(), run.wait(timeout=120)
+    assert first.count(b"\t") == 2 and (code, err) == (141, b"")
+    left = [p for p in Path("/proc").glob("[0-9]*/cmdline") if str(pairs).encode() in read_or_empty(p)]
+    assert not left  # no worker outlives it
+
+
+def read_or_empty(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # a process that ended meanwhile
+        return b""
 
 
 def test_score_cli_matches_api(tiny_model_file, tmp_path):
