@@ -46,12 +46,13 @@ from paraphrastic.fileio import (
     worker_blocks,
     write_npy_rows,
 )
-from paraphrastic.static import model_path, row_layout, rows_in, text_notes, use_torch_for
+from paraphrastic.precision import row_layout, rows_in
+from paraphrastic.static import model_path, text_notes, use_torch_for
 from paraphrastic.workers import Workers, use_threads, workers_for
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
-DTYPES = ("float32", "float16", "binary", "ubinary")  # binary, ubinary: each row's signs, 8 a byte (static.signs)
+DTYPES = ("float32", "float16", "binary", "ubinary")  # binary, ubinary: each row's signs, 8 a byte (precision.signs)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -48,7 +48,8 @@ from paraphrastic.fileio import (
     open_input,
     parse_pair_lines,
 )
-from paraphrastic.static import model_path, rows_in, use_torch_for
+from paraphrastic.precision import rows_in
+from paraphrastic.static import model_path, use_torch_for
 from paraphrastic.workers import use_threads
 
 LINES_PER_ITEM = 262_144  # lines of a plain text file in one work item

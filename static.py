@@ -20,7 +20,6 @@ import string
 import sys
 import tempfile
 import unicodedata
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import sentencepiece as spm
 
 from paraphrastic import fileio, language, workers
 from paraphrastic.fileio import JOB_BYTES, NOT_REGULAR, ModelError, invalid_utf8_note
+from paraphrastic.precision import PRECISIONS, rows_as, scaled_bytes
 from paraphrastic.workers import PlacedRows, Workers
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "models" / "default.pt"
@@ -42,8 +42,6 @@ MIN_BATCH = 1024  # texts tokenized and pooled at a time, at the least: the rows
 # batch of sentence-transformers' 32 pays a tokenizer call and a pooling call for every 32 texts (half the speed)
 SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
 UNKNOWN_SHARE = 0.01  # the share of mostly unknown lines from which a run warns that their scores mean little
-PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")  # encode's `precision`, by sentence-transformers' names
-BLOCK_ROWS = 65_536  # rows quantized at a time: the temporaries stay a few MB whatever the output
 TORCH_FROM = 2_000_000  # texts a process pools before torch's faster kernel has repaid its import (bench_pooling.py)
 SP_FILE = "sentencepiece.model"  # an exported folder's copy of the sentencepiece model
 CHECKED = ("model.safetensors", "tokenizer.json", SP_FILE)  # the files whose checksums config.json records
@@ -212,59 +210,6 @@ def use_torch_for(texts: int) -> None:
 def unit_rows(x: np.ndarray) -> np.ndarray:
     """Each row scaled to length 1 (a zero row stays zero)."""
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
-def signs(rows: np.ndarray, precision: str = "ubinary") -> np.ndarray:
-    """Each row's signs (> 0), 8 a byte, as sentence-transformers packs them: `ubinary` as uint8, `binary` as int8
-    (the same bytes minus 128): 1/32 of float32's bytes, and two rows' share of agreeing bits tracks their cosine."""
-    out = np.empty((len(rows), -(-rows.shape[1] // 8)), dtype=np.uint8 if precision == "ubinary" else np.int8)
-    packed = out.view(np.uint8)
-    for at in range(0, len(rows), BLOCK_ROWS):
-        packed[at : at + BLOCK_ROWS] = np.packbits(rows[at : at + BLOCK_ROWS] > 0, axis=1)
-    if precision == "binary":
-        np.bitwise_xor(packed, 0x80, out=packed)
-    return out
-
-
-def scaled_bytes(rows: np.ndarray, precision: str = "uint8") -> np.ndarray:
-    """Rows as one byte a value, as sentence-transformers quantizes them: each column's range over these rows cut
-    into 255 steps, a value as the step it falls in (`uint8`; a constant column: step 0), minus 128 for `int8`.
-    The steps come from the rows given, so give them together: 100 or more."""
-    if len(rows) == 1:
-        raise ValueError(f"{precision} cuts each column's range over the rows: encode many texts together, not one")
-    if 1 < len(rows) < 100:
-        warnings.warn(f"{precision} steps from {len(rows)} rows: a column's range is that of these rows alone",
-                      stacklevel=3)  # fmt: skip
-    out = np.empty(rows.shape, dtype=np.uint8 if precision == "uint8" else np.int8)
-    packed = out.view(np.uint8)
-    if len(rows):
-        low = rows.min(axis=0)
-        step = (rows.max(axis=0) - low) / 255
-        step[step == 0] = 1
-        for at in range(0, len(rows), BLOCK_ROWS):
-            packed[at : at + BLOCK_ROWS] = np.clip(np.floor((rows[at : at + BLOCK_ROWS] - low) / step), 0, 255)
-    if precision == "int8":
-        np.bitwise_xor(packed, 0x80, out=packed)
-    return out
-
-
-def row_layout(dim: int, dtype: str) -> tuple[int, str]:
-    """The width and numpy type of a row of `dim` values stored as `dtype`: float32, float16, or its signs packed
-    8 a byte (binary as int8, ubinary as uint8)."""
-    return (-(-dim // 8), "int8" if dtype == "binary" else "uint8") if dtype.endswith("binary") else (dim, dtype)
-
-
-def rows_in(rows: np.ndarray, dtype: str) -> np.ndarray:
-    """Float rows stored as `dtype` (see row_layout)."""
-    return signs(rows, dtype) if dtype.endswith("binary") else rows.astype(dtype, copy=False)
-
-
-def rows_as(rows: np.ndarray, normalize: bool, precision: str) -> np.ndarray:
-    """encode's rows as asked, where each row alone decides (the int8 steps need every row: `scaled_bytes`):
-    scaled to unit length in place, then packed to their signs for a binary `precision`."""
-    if normalize:
-        rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-    return signs(rows, precision) if precision.endswith("binary") else rows
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -12,6 +12,7 @@ import torch
 
 import paraphrastic
 from paraphrastic import static, workers
+from paraphrastic.precision import PRECISIONS
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +95,7 @@ def test_precision_gives_sentence_transformers_bytes(model):
     texts = list(stream(2000))
     for normalize in (False, True):
         rows = model.encode(texts, normalize_embeddings=normalize)
-        for precision in static.PRECISIONS:
+        for precision in PRECISIONS:
             ours = model.encode(texts, precision=precision, normalize_embeddings=normalize)
             theirs = quantize_embeddings(rows, precision=precision)
             assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs), precision

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import generated_sentences, need
 
-from paraphrastic import embed_sentences, mine_bitext, score_sentence_pairs, static
+from paraphrastic import embed_sentences, mine_bitext, precision, score_sentence_pairs
 from paraphrastic.ray_engine import Parts
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
@@ -75,7 +75,7 @@ def test_embedding_16_files_on_ray_equals_one_machine_on_their_concatenation(eng
     assert embed_sentences.main([*map(str, args), "ubinary", "--output-dir", str(tmp_path / "bits")]) == 0
     bits = engine.read_parts(tmp_path / "bits").column("vector").combine_chunks()
     packed = bits.flatten().to_numpy().reshape(len(bits), -1)  # each row's signs, as the local command packs them
-    assert packed.dtype == np.uint8 and np.array_equal(packed, static.signs(np.load(single)))
+    assert packed.dtype == np.uint8 and np.array_equal(packed, precision.signs(np.load(single)))
 
 
 def test_scoring_on_ray_equals_one_machine(engine, tiny_model_file, tmp_path):
