@@ -369,11 +369,35 @@ class Encoding:
                 "(paraphrastic.load_model or load_encoder)"
             )
 
-    def start_multi_process_pool(self, workers: int | None = None) -> Workers:
+    def start_multi_process_pool(self, workers: int | Sequence[str] | None = None) -> Workers:
         """Worker processes to keep across `encode(..., pool=pool)` calls (default: one per thread): a call without
-        one forks its workers anew, which takes longer the more memory this process holds. Close with
-        `pool.close()`, `stop_multi_process_pool(pool)`, or use it in a `with` block."""
+        one forks its workers anew, which takes longer the more memory this process holds. `workers`: their count,
+        or sentence-transformers' list of target devices, "cpu" for each. Close with `pool.close()`,
+        `stop_multi_process_pool(pool)`, or use it in a `with` block."""
+        if workers is not None and not isinstance(workers, int):
+            devices = [str(device) for device in workers]
+            if not devices or set(devices) != {"cpu"}:
+                raise ValueError(
+                    f"a pool's workers are processes on this machine's CPU, one core each, not {devices}: give "
+                    "their count (or a list of 'cpu', one a worker); a model on a GPU pools there itself"
+                )
+            workers = len(devices)
         return Workers(self, workers)
+
+    def encode_multi_process(
+        self,
+        sentences: Iterable[str],
+        pool: Workers,
+        batch_size: int = 8192,
+        chunk_size: int | None = None,
+        show_progress_bar: bool | None = None,
+        precision: str = "float32",
+        normalize_embeddings: bool = False,
+    ) -> np.ndarray:
+        """sentence-transformers' older name for `encode(sentences, pool=pool)`, the same rows; its `chunk_size` is
+        left to the pool, whose jobs are JOB_TEXTS texts."""
+        return self.encode(sentences, batch_size, show_progress_bar, normalize_embeddings=normalize_embeddings,
+                           pool=pool, precision=precision)  # fmt: skip
 
     @staticmethod
     def stop_multi_process_pool(pool: Workers) -> None:

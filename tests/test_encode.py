@@ -125,6 +125,18 @@ def test_precision_and_device_errors_say_what_to_do(model):
         model.similarity(model.encode(texts, precision="binary"), texts)
 
 
+def test_sentence_transformers_pool_calls(model):
+    """start_multi_process_pool(["cpu", "cpu"]) and encode_multi_process(sentences, pool), as sentence-transformers
+    names them: two workers, the rows of encode."""
+    texts = list(stream(3000))
+    with model.start_multi_process_pool(["cpu", "cpu"]) as pool:
+        assert pool.size == 2
+        rows = model.encode_multi_process(texts, pool, chunk_size=100, normalize_embeddings=True)
+    assert np.array_equal(rows, model.encode(texts, normalize_embeddings=True))
+    with pytest.raises(ValueError, match=r"processes on this machine's CPU, one core each, not \['cuda:0'\]"):
+        model.start_multi_process_pool(["cuda:0"])
+
+
 def test_normalized_tensor_and_progress_bar(model, capsys):
     vectors = model.encode(["a man plays guitar", "someone plays a guitar"], normalize_embeddings=True)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-6)
