@@ -20,7 +20,7 @@ import string
 import sys
 import tempfile
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +43,7 @@ MIN_BATCH = 1024  # texts tokenized and pooled at a time, at the least: the rows
 SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
 UNKNOWN_SHARE = 0.01  # the share of mostly unknown lines from which a run warns that their scores mean little
 TORCH_FROM = 2_000_000  # texts a process pools before torch's faster kernel has repaid its import (bench_pooling.py)
+AS_IS = functools.partial(rows_as, normalize=False, precision="float32")  # rows as embedded: no `finish`
 SP_FILE = "sentencepiece.model"  # an exported folder's copy of the sentencepiece model
 CHECKED = ("model.safetensors", "tokenizer.json", SP_FILE)  # the files whose checksums config.json records
 ENGLISH_ONLY = (
@@ -227,17 +228,19 @@ class Encoding:
     pooled_by_mean = True  # whether every part pools by the mean, so that a batch's size costs no memory to speak of
 
     def embed_here(
-        self, texts: Sequence[str], batch_size: int = 8192, bar=None, stats: dict | None = None
+        self, texts: Sequence[str], batch_size: int = 8192, bar=None, stats: dict | None = None, finish=AS_IS
     ) -> np.ndarray:
         """Embed in this process, `batch_size` texts (a mean model's MIN_BATCH at least; JOB_BYTES characters at most)
-        at a time: float32 (len(texts), dim), one row per text: each model's `token_ids`, then its `embed_tokens`.
-        `stats`: where to count the texts that are mostly unknown pieces (`count_unknown`), from the same ids."""
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        at a time: float32 (len(texts), dim), one row per text: each model's `token_ids`, then its `embed_tokens`,
+        then what `finish` makes of each batch's rows (encode's `rows_as`). `stats`: where to count the texts that
+        are mostly unknown pieces (`count_unknown`), from the same ids."""
+        row = finish(np.empty((0, self.dim), dtype=np.float32))  # what a finished row is
+        out = np.empty((len(texts), row.shape[1]), dtype=row.dtype)
         for cut in text_slices(texts, max(batch_size, MIN_BATCH) if self.pooled_by_mean else batch_size):
             ids = self.token_ids(texts[cut], workers.threads())
             if stats is not None:
                 self.count_unknown(texts[cut], stats, ids)
-            out[cut] = self.embed_tokens(*ids)
+            out[cut] = finish(self.embed_tokens(*ids))
             if bar is not None:
                 bar.update(cut.stop - cut.start)
         return out
@@ -259,11 +262,12 @@ class Encoding:
         return self._embed(texts, batch_size, pool, bar, checked=False)
 
     def _embed(
-        self, texts: Sequence[str], batch_size: int, pool: Workers | None, bar, checked: bool = True
+        self, texts: Sequence[str], batch_size: int, pool: Workers | None, bar, checked: bool = True, finish=AS_IS
     ) -> np.ndarray:
-        """embed_raw_text's rows. Unless `checked`, each text is checked to be a string: by the worker processes
-        forked for these texts, each its own slice (a pass over millions of texts takes the caller seconds, time
-        in which 16 workers would wait), else here first."""
+        """embed_raw_text's rows, as `finish` makes each batch's (encode's `rows_as`: in the workers, so that the
+        output holds only what it makes). Unless `checked`, each text is checked to be a string: by the worker
+        processes forked for these texts, each its own slice (a pass over millions of texts takes the caller
+        seconds, time in which 16 workers would wait), else here first."""
         one = pool.size == 1 if pool is not None else len(texts) < PARALLEL_MIN or workers.threads() == 1
         here = not len(texts) or one
         forked = pool is None and not here and self.on_cpu
@@ -271,20 +275,21 @@ class Encoding:
             check_texts(texts)
         if here:
             with old_objects_frozen(len(texts)):
-                return self.embed_here(texts, batch_size, bar)
+                return self.embed_here(texts, batch_size, bar, finish=finish)
         with contextlib.nullcontext(pool) if pool is not None else Workers(self, given=texts) as team:
             most = max(1, min(JOB_TEXTS, -(-len(texts) // team.size)))
             if not self.on_cpu:  # CPU workers tokenize, the device pools
                 cuts = text_slices(texts, most)
                 jobs = ((texts[cut], batch_size) for cut in cuts)
-                parts = [self.embed_tokens(*tokens) for tokens in advancing(team.map(_tokens_job, jobs), cuts, bar)]
-                return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
+                parts = [finish(self.embed_tokens(*t)) for t in advancing(team.map(_tokens_job, jobs), cuts, bar)]
+                return np.concatenate(parts) if parts else finish(np.empty((0, self.dim), dtype=np.float32))
             use_torch_for(len(texts) // team.size)  # before the fork: imported once for every worker
             # forked workers hold the texts: a job names its slice, cut by count (each worker's embed_here bounds
             # its batches' characters); a kept pool is sent its texts, in jobs bounded in characters too
             cuts = count_cuts(len(texts), most, team.size) if forked else text_slices(texts, most)
-            with PlacedRows(len(texts), self.dim) as rows:  # each job's rows in a file of its own, then in place
-                jobs = ((cut if forked else texts[cut], batch_size, *rows.job_file(cut.start)) for cut in cuts)
+            row = finish(np.empty((0, self.dim), dtype=np.float32))  # what a finished row is
+            with PlacedRows(len(texts), row.shape[1], row.dtype) as rows:  # a job's rows in a file, then in place
+                jobs = ((cut if forked else texts[cut], batch_size, finish, *rows.job_file(cut.start)) for cut in cuts)
                 for cut, _ in zip(cuts, advancing(team.map(_embed_job, jobs), cuts, bar), strict=True):
                     rows.place(cut)
         return rows.array
@@ -310,7 +315,7 @@ class Encoding:
         `batch_size`: texts tokenized and pooled at a time, 1,024 at least for a model that pools by the mean, whose
         rows are the same for any batch and whose small batches only cost time (sentence-transformers' 32 would
         halve the speed). `precision`: one of PRECISIONS, as sentence-transformers gives them: `binary`/`ubinary`
-        pack each row's signs (`signs`; a stream's window by window, so only the packed rows are held), `int8`/
+        pack each row's signs (`signs`; batch by batch, in the workers, so only the packed rows are held), `int8`/
         `uint8` cut each column's range over all the rows (`scaled_bytes`). `device`: where the model is (it is
         not moved)."""
         if precision not in PRECISIONS:
@@ -325,8 +330,11 @@ class Encoding:
             bar = tqdm(total=len(texts) if is_sequence(texts) else None, unit=" sent", file=sys.stderr)
         finish = functools.partial(rows_as, normalize=normalize_embeddings, precision=precision)
         try:
-            out = finish(self.embed_raw_text(texts, batch_size, pool, bar)) if is_sequence(texts) else (
-                self.embed_stream(texts, batch_size, pool, bar, finish))  # fmt: skip
+            if is_sequence(texts):
+                check_texts(texts, items=False)
+                out = self._embed(texts, batch_size, pool, bar, checked=False, finish=finish)
+            else:
+                out = self.embed_stream(texts, batch_size, pool, bar, finish)
         finally:
             if bar is not None:
                 bar.close()
@@ -340,7 +348,7 @@ class Encoding:
         return out if convert_to_numpy else list(out)
 
     def embed_stream(
-        self, texts: Iterable[str], batch_size: int, pool: Workers | None, bar, finish=lambda rows: rows
+        self, texts: Iterable[str], batch_size: int, pool: Workers | None, bar, finish=AS_IS
     ) -> np.ndarray:
         """encode's rows of an iterable that is no list: windows of it embedded in turn, each window's rows made
         what `finish` makes of them, into an output that grows in place (realloc moves its pages, it does not copy
@@ -350,7 +358,7 @@ class Encoding:
             for window in text_windows(texts):
                 if pool is None and len(window) >= PARALLEL_MIN and workers.threads() > 1:
                     pool = stack.enter_context(Workers(self))
-                rows = finish(self._embed(window, batch_size, pool, bar))  # text_windows checked its texts
+                rows = self._embed(window, batch_size, pool, bar, finish=finish)  # text_windows checked its texts
                 if n + len(rows) > len(out):
                     out.resize((max(2 * len(out), n + len(rows)), out.shape[1]), refcheck=False)
                 out[n : n + len(rows)] = rows
@@ -536,13 +544,14 @@ def is_vectors(x) -> bool:
     return isinstance(x, np.ndarray) or (torch is not None and isinstance(x, torch.Tensor))
 
 
-def _embed_job(model: Encoding, job: tuple[Sequence[str] | slice, int, str, int]) -> None:
-    """A worker's job: embed its texts and write their rows into the job's own file (`PlacedRows.job_file`)."""
-    texts, batch_size, path, at = job
+def _embed_job(model: Encoding, job: tuple[Sequence[str] | slice, int, Callable, str, int]) -> None:
+    """A worker's job: embed its texts, `finish` their rows, and write them into the job's own file
+    (`PlacedRows.job_file`)."""
+    texts, batch_size, finish, path, at = job
     if isinstance(texts, slice):  # of the caller's texts, which this worker holds since its fork, unchecked
         start, texts = texts.start, workers.given()[texts]
         check_texts(texts, start=start)
-    PlacedRows.write(path, at, model.embed_here(texts, batch_size))
+    PlacedRows.write(path, at, model.embed_here(texts, batch_size, finish=finish))
 
 
 def _tokens_job(model: Encoding, job: tuple[Sequence[str], int]) -> tuple[np.ndarray, np.ndarray]:

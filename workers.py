@@ -484,7 +484,7 @@ def process_cpu(pid: int) -> float | None:
 
 
 class PlacedRows:
-    """encode's float32 output (rows, dim), filled by worker processes that share no lock: the rows of each job go
+    """encode's output (rows, dim) of `dtype` (float32; packed signs are uint8 or int8), filled by worker processes that share no lock: the rows of each job go
     into a memory file of the job's own (`job_file`), written by its worker with one pwrite, and `place` maps the
     file's whole pages into this process's one array (copying the part pages at its two ends, and whole jobs past
     the maps a process may hold: `maps_allowed`). Writers of one shared file take turns at its lock, so that 16
@@ -494,16 +494,17 @@ class PlacedRows:
     process's id, and the next call removes what a killed one left. Use it in a `with` block: files not placed by
     its end are closed."""
 
-    def __init__(self, rows: int, dim: int):
-        self.row_bytes, self.files = dim * 4, {}  # the jobs' files not placed yet, by first row: (fd, path)
+    def __init__(self, rows: int, dim: int, dtype: np.dtype | str = np.float32):
+        self.dtype = np.dtype(dtype)
+        self.row_bytes, self.files = dim * self.dtype.itemsize, {}  # the jobs' files not placed yet, by first row
         try:
             self.memory = mmap.mmap(-1, max(rows * self.row_bytes, 1))  # shared, as the file pages placed in it
         except OSError:
             raise MemoryError(
                 f"Unable to allocate {size_text(rows * self.row_bytes)} for encode's {rows:,} rows of {dim} "
-                "floats: encode fewer texts at a time, or write the vectors to a file (paraphrastic-embed)"
+                f"{self.dtype}: encode fewer texts at a time, or write the vectors to a file (paraphrastic-embed)"
             ) from None
-        self.array = np.frombuffer(self.memory, np.float32, rows * dim).reshape(rows, dim)
+        self.array = np.frombuffer(self.memory, self.dtype, rows * dim).reshape(rows, dim)
         self.in_memory = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
         self.maps_left = maps_allowed()
         if not self.in_memory:
@@ -525,10 +526,11 @@ class PlacedRows:
 
     @staticmethod
     def write(path: str, at: int, rows: np.ndarray) -> None:
-        """A worker's part: write a job's float32 rows into its file, by name, at `at` (what `job_file` gave)."""
+        """A worker's part: write a job's rows (the output's type) into its file, by name, at `at` (what `job_file`
+        gave)."""
         fd = os.open(path, os.O_WRONLY)
         try:
-            write_at(fd, np.ascontiguousarray(rows, dtype=np.float32), at)
+            write_at(fd, np.ascontiguousarray(rows), at)
         finally:
             os.close(fd)
 
