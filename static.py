@@ -458,8 +458,8 @@ class Encoding:
         x = np.asarray(x)
         if x.dtype in (np.int8, np.uint8) and x.ndim == 2 and x.shape[1] != self.dim:
             raise ValueError(
-                f"rows of {x.shape[1]} bytes are packed signs (precision='binary'), whose cosine means nothing: compare "
-                "them by the share of their bits that agree (docs/usage.md, 'Smaller vectors')"
+                f"rows of {x.shape[1]} bytes are packed signs (precision='binary'), whose cosine means nothing: "
+                "compare them by the share of their bits that agree (docs/usage.md, 'Smaller vectors')"
             )
         return x
 

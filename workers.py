@@ -484,15 +484,15 @@ def process_cpu(pid: int) -> float | None:
 
 
 class PlacedRows:
-    """encode's output (rows, dim) of `dtype` (float32; packed signs are uint8 or int8), filled by worker processes that share no lock: the rows of each job go
-    into a memory file of the job's own (`job_file`), written by its worker with one pwrite, and `place` maps the
-    file's whole pages into this process's one array (copying the part pages at its two ends, and whole jobs past
-    the maps a process may hold: `maps_allowed`). Writers of one shared file take turns at its lock, so that 16
-    workers could pass no more rows than one. A job's file is a memfd, which the workers open as /proc/PID/fd/N: it
-    needs no room in /dev/shm (64 MB in a container), and nothing of it outlives the processes that hold it, killed
-    or not. Where the system has no memfd (or no /proc), it is a file of the temporary folder whose name holds this
-    process's id, and the next call removes what a killed one left. Use it in a `with` block: files not placed by
-    its end are closed."""
+    """encode's output (rows, dim) of `dtype` (float32, or packed signs as uint8 or int8), filled by worker processes
+    that share no lock: the rows of each job go into a memory file of the job's own (`job_file`), written by its
+    worker with one pwrite, and `place` maps the file's whole pages into this process's one array (copying the part
+    pages at its two ends, and whole jobs past the maps a process may hold: `maps_allowed`). Writers of one shared
+    file take turns at its lock, so that 16 workers could pass no more rows than one. A job's file is a memfd, which
+    the workers open as /proc/PID/fd/N: it needs no room in /dev/shm (64 MB in a container), and nothing of it
+    outlives the processes that hold it, killed or not. Where the system has no memfd (or no /proc), it is a file of
+    the temporary folder whose name holds this process's id, and the next call removes what a killed one left. Use
+    it in a `with` block: files not placed by its end are closed."""
 
     def __init__(self, rows: int, dim: int, dtype: np.dtype | str = np.float32):
         self.dtype = np.dtype(dtype)
