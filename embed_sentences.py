@@ -114,6 +114,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error("--concat takes OUT and then the shard files in order")
     elif not (args.sentence_file and args.output_file):
         p.error("--sentence-file and --output-file are required (or --concat OUT SHARD...)")
+    elif args.sentence_file == "-":
+        p.error("--sentence-file takes a file, not standard input: the lines are counted before their rows are "
+                "written; save the text to a file first (paraphrastic-score reads a pipe)")  # fmt: skip
     if (args.shard is None) != (args.num_shards is None):
         p.error("--shard and --num-shards go together")
     if args.num_shards is not None and not 0 <= args.shard < args.num_shards:

@@ -103,14 +103,14 @@ def file_digest(path: str | os.PathLike) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def open_input(path: str | os.PathLike) -> int:
-    """Check that `path` is a readable file before any work starts; returns its size in bytes."""
+def open_input(path: str | os.PathLike, stream: bool = False) -> int:
+    """Check that `path` is a readable file (or with `stream`, a pipe too) before any work starts; its bytes."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")
     if p.is_dir():
         raise InputError(f"{p}: is a directory, expected a file")
-    if not p.is_file():
+    if not (p.is_file() or stream):
         raise InputError(f"{p}: {NOT_REGULAR}")
     try:
         return p.stat().st_size
@@ -189,14 +189,16 @@ def iter_line_blocks(
     block: int = 1 << 20,
     offset: int | None = None,
     chunk_bytes: int = JOB_BYTES,
+    stream: bool = False,
 ) -> Iterator[tuple[int, bytes]]:
     """(number of the first line, the bytes of up to `chunk_lines` whole lines and about `chunk_bytes` bytes, a
     longer line alone) over lines [start, stop), found by a vectorised newline search in reads of `block` bytes, so
     that a reader (the process feeding worker processes above all) spends its time per block, not per line;
     `decode_raw` makes them lines. A line over the limit is refused here, without reading it whole. `offset`: the
-    byte where line `start` begins, when known (a seek instead of reading the lines before it)."""
+    byte where line `start` begins, when known (a seek instead of reading the lines before it); `stream`: a pipe
+    may be read (once)."""
     path = Path(path)
-    open_input(path)
+    open_input(path, stream)
     limit, line_no = line_limit(), start + 1
     left = math.inf if stop is None else max(stop - start, 0)
     buf, marks = b"", np.zeros(0, dtype=np.int64)  # unsent bytes; the offsets of the newlines in them
@@ -205,7 +207,7 @@ def iter_line_blocks(
             refuse_binary(path, f.peek(8192)[:8192])
         f.seek(offset) if offset is not None else skip_lines(f, start)
         while left:
-            data = f.read(block)
+            data = (f.read1 if stream else f.read)(block)  # a pipe: what it has now, its lines used as they come
             found = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + len(buf)
             buf, marks = buf + data, np.concatenate([marks, found])
             if not data and buf and (not len(marks) or marks[-1] != len(buf) - 1):
@@ -519,10 +521,8 @@ def invalid_utf8_note(count: int) -> str:
 
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, mode: str = "wb") -> Iterator:
-    """Open a temporary file beside `path`; on success fsync it and rename it to `path`.
-
-    On any exception the temporary file is removed and `path` keeps its previous content.
-    """
+    """Open a temporary file beside `path`; on success fsync it and rename it to `path`, on any exception remove
+    it, `path` keeping its previous content."""
     with atomic_path(path) as tmp, open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
         yield f
 

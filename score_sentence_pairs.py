@@ -3,6 +3,7 @@
 Output line i is `sentence1<TAB>sentence2<TAB>score` of input line i. A line without exactly one tab is
 an error naming its line number, unless --skip-bad-lines, which gives it the score `nan` (its text, tabs
 turned to spaces, as sentence1) and lists its line number. A pair with an empty side scores `nan` too.
+`--sentence-pair-file -` reads the pairs from a pipe as they come (`generate | paraphrastic-score ...`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from paraphrastic import language, load_encoder, ray_engine
@@ -22,6 +25,7 @@ from paraphrastic.fileio import (
     block_bytes,
     decode_raw,
     estimate_lines,
+    iter_line_blocks,
     open_input,
     parse_pair_lines,
     progress,
@@ -32,12 +36,14 @@ from paraphrastic.fileio import (
 from paraphrastic.static import model_path, pair_cosines, sides, text_notes, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads, workers_for
 
+STDIN = Path("/dev/stdin")  # what `--sentence-pair-file -` reads, once, as it comes
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = cli_parser(
         __doc__, "paraphrastic-score --sentence-pair-file data/example-sentences-pairs.txt --output-file scores.tsv"
     )
-    p.add_argument("--sentence-pair-file", help="UTF-8 text, sentence1<TAB>sentence2 per line")
+    p.add_argument("--sentence-pair-file", help="UTF-8 text, sentence1<TAB>sentence2 per line; - reads standard input")
     p.add_argument(
         "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
     )
@@ -84,25 +90,43 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
     """Score every line of the input into `out`, row for row, by --threads worker processes (a model on a GPU
     scores in this process); returns (lines written, the first SHOWN bad line numbers, pairs with an empty side,
     stats: `bad_lines` counts them all, so that memory stays flat however many there are)."""
-    path = Path(args.sentence_pair_file)
+    path = input_path(args.sentence_pair_file)
     workers = workers_for(path, args.chunk_lines) if model.on_cpu else 1
-    use_torch_for(-(-2 * estimate_lines(path) // workers))  # before the fork: loaded once for all
+    if path.is_file():  # a pipe's first bytes are read once, by the plan
+        use_torch_for(-(-2 * estimate_lines(path) // workers))  # before the fork: loaded once for all
     written = empty = 0
     bad: list[int] = []
     stats: dict = {"invalid_utf8_lines": 0, "bad_lines": 0}
     with Workers(model, workers) as pool:
         pool.start()  # the workers fork and warm up while the input is planned
-        blocks, total = worker_blocks(path, args.chunk_lines, threads=threads())
+        blocks, total = pair_blocks(path, args.chunk_lines)
         jobs = ((path, first, blob, args.strict, args.skip_bad_lines, args.batch_size) for first, blob in blocks)
         with progress(total, " pair", args.quiet) as bar:
             for text, lines, chunk_bad, chunk_empty, chunk_stats in pool.map(score_job, jobs):
                 out.write(text)
+                out.flush()  # a reader downstream of a pipe gets each block as it is scored
                 for key, value in chunk_stats.items():
                     stats[key] = stats.get(key, 0) + value
                 written, bad, empty = written + lines, bad + chunk_bad[: SHOWN - len(bad)], empty + chunk_empty
                 stats["bad_lines"] += len(chunk_bad)
                 bar.update(lines)
     return written, bad, empty, stats
+
+
+def input_path(name: str) -> Path:
+    """--sentence-pair-file as a path: `-` is standard input (STDIN, or the file it is); any other name must be a
+    regular file, since a FIFO or device by name is planned, so read twice."""
+    if name != "-":
+        return Path(name)
+    return Path(os.path.realpath(STDIN)) if STDIN.is_file() else STDIN
+
+
+def pair_blocks(path: Path, chunk_lines: int) -> tuple[Iterator, int | None]:
+    """The input's blocks for the workers and the lines they hold: a file's planned ahead (`worker_blocks`: the
+    workers read their own), standard input's read once as they come, their count unknown."""
+    if path.is_file() or path != STDIN:
+        return worker_blocks(path, chunk_lines, threads=threads())
+    return iter_line_blocks(path, chunk_lines, stream=True), None
 
 
 def score_job(model, job: tuple) -> tuple[str, int, list[int], int, dict]:
@@ -124,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine == "ray":
         return ray_engine.main_files(args, "score", score=True, skip_bad=args.skip_bad_lines)
     use_threads(args.threads)
-    open_input(args.sentence_pair_file)
-    refuse_same_file(args.output_file, args.sentence_pair_file, model_path(args.load_file), args.sp_model)
+    open_input(input_path(args.sentence_pair_file), stream=args.sentence_pair_file == "-")
+    refuse_same_file(args.output_file, input_path(args.sentence_pair_file), model_path(args.load_file), args.sp_model)
     model = load_encoder(args.load_file, sp_model=args.sp_model, device=args.device)
     gc.freeze()  # the modules and the model live to the end: the collections of a long run skip them
     if args.output_file:

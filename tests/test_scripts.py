@@ -76,6 +76,23 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly_with_its_workers(t
     assert not left  # no worker outlives it
 
 
+def test_score_reads_a_pipe_as_it_comes(tiny_model_file, tmp_path):
+    """`generate | paraphrastic-score --sentence-pair-file -`: the rows of the same pairs in a file, bit for bit;
+    a bad line is named by its number on standard input; embed says it needs a file."""
+    sides = zip(generated_sentences(3000, 3), generated_sentences(3000, 4), strict=True)
+    text = "".join(f"{a}\t{b}\n" for a, b in sides)
+    (tmp_path / "pairs.txt").write_text(text)
+    score = [sys.executable, "-m", "paraphrastic.score_sentence_pairs", "--load-file", str(tiny_model_file), "--quiet"]
+    piped = subprocess.run([*score, "--sentence-pair-file", "-", "--chunk-lines", "500"], input=text.encode(),
+                           capture_output=True, check=True)  # fmt: skip
+    from_file = subprocess.run([*score, "--sentence-pair-file", str(tmp_path / "pairs.txt")], capture_output=True)
+    assert piped.stdout == from_file.stdout and piped.stdout.count(b"\n") == 3000
+    bad = subprocess.run([*score, "--sentence-pair-file", "-"], input=b"a\tb\nno tab\n", capture_output=True)
+    assert bad.returncode == 2 and bad.stderr.decode().startswith("error: /dev/stdin:2: expected sentence1<TAB>")
+    embed = run_script("embed_sentences.py", "--sentence-file", "-", "--output-file", str(tmp_path / "v.npy"))
+    assert embed.returncode == 2 and "takes a file, not standard input" in embed.stderr
+
+
 def read_or_empty(path: Path) -> bytes:
     try:
         return path.read_bytes()
