@@ -26,16 +26,15 @@ from pathlib import Path
 import numpy as np
 
 from paraphrastic import language, load_encoder, ray_engine
+from paraphrastic.blocks import block_bytes, estimate_lines, worker_blocks
 from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
 from paraphrastic.fileio import (
     InputError,
     atomic_output,
     atomic_path,
-    block_bytes,
     check_room,
     count_lines,
     decode_raw,
-    estimate_lines,
     file_digest,
     flushing,
     open_input,
@@ -43,7 +42,6 @@ from paraphrastic.fileio import (
     refuse_same_file,
     remove_stale_temps,
     reserve_space,
-    worker_blocks,
     write_npy_rows,
 )
 from paraphrastic.precision import row_layout, rows_in

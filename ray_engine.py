@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from paraphrastic import commit, load_encoder
+from paraphrastic.blocks import line_offsets
 from paraphrastic.cli import Terminated, refuse_unused
 from paraphrastic.fileio import (
     JOB_BYTES,
@@ -44,7 +45,6 @@ from paraphrastic.fileio import (
     install_hint,
     invalid_utf8_note,
     iter_line_blocks,
-    line_offsets,
     open_input,
     parse_pair_lines,
 )

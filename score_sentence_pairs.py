@@ -17,21 +17,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from paraphrastic import language, load_encoder, ray_engine
+from paraphrastic.blocks import block_bytes, estimate_lines, worker_blocks
 from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
 from paraphrastic.fileio import (
     SHOWN,
     atomic_output,
     bad_pairs_note,
-    block_bytes,
     decode_raw,
-    estimate_lines,
     iter_line_blocks,
     open_input,
     parse_pair_lines,
     progress,
     refuse_same_file,
     remove_stale_temps,
-    worker_blocks,
 )
 from paraphrastic.static import model_path, pair_cosines, sides, text_notes, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads, workers_for

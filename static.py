@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
-from paraphrastic import fileio, language, workers
+from paraphrastic import language, workers
+from paraphrastic.blocks import TAIL_SPLIT
 from paraphrastic.fileio import JOB_BYTES, NOT_REGULAR, ModelError, invalid_utf8_note
 from paraphrastic.precision import PRECISIONS, rows_as, scaled_bytes
 from paraphrastic.workers import PlacedRows, Workers
@@ -140,7 +141,7 @@ def count_cuts(n: int, most: int, workers: int) -> list[slice]:
     workers then end within a fraction of a job of each other, not a whole job (as embed's plan does)."""
     cuts = [slice(i, min(i + most, n)) for i in range(0, n, most)]
     if len(cuts) > workers:
-        fine, start = max(1, most // fileio.TAIL_SPLIT), cuts[-workers].start
+        fine, start = max(1, most // TAIL_SPLIT), cuts[-workers].start
         cuts[-workers:] = [slice(i, min(i + fine, n)) for i in range(start, n, fine)]
     return cuts
 

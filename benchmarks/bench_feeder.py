@@ -29,7 +29,7 @@ from pathlib import Path
 from common import ROOT, children, english_sentences, machine_header, write_repeated
 
 from paraphrastic import fileio
-from paraphrastic.fileio import line_plan
+from paraphrastic.blocks import line_plan
 from paraphrastic.workers import process_cpu
 
 
@@ -54,7 +54,7 @@ def parent_share(cmd: list[str]) -> tuple[float, float, float, float, float]:
 
 
 def plan_seconds(text: Path, threads: int, runs: int = 5) -> float:
-    """The fastest of `runs` plans of the input's blocks (fileio.line_plan) on `threads` threads (one in code from
+    """The fastest of `runs` plans of the input's blocks (blocks.line_plan) on `threads` threads (one in code from
     before the plan in parts), the file cached."""
     times = []
     for _ in range(runs):

@@ -11,7 +11,7 @@ import pytest
 from hostile import HOSTILE, reader_script
 
 import paraphrastic
-from paraphrastic import fileio, static, workers
+from paraphrastic import blocks, fileio, static, workers
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_the_workers_plan_reads_the_blocks_iter_line_blocks_reads(tmp_path):
         start = int(rng.integers(0, total + 1))
         stop = None if rng.random() < 0.5 else int(rng.integers(start, total + 1))
         read = [(first, blob) for first, blob in fileio.iter_line_blocks(path, lines, start, stop, chunk_bytes=budget)]
-        plan = fileio.line_plan(path, lines, start, stop, chunk_bytes=budget)
+        plan = blocks.line_plan(path, lines, start, stop, chunk_bytes=budget)
         data = path.read_bytes()
         assert [(first, data[at : at + size]) for first, at, size, _ in plan] == read
         assert [n for *_, n in plan] == [blob.count(b"\n") + (not blob.endswith(b"\n")) for _, blob in read]
@@ -126,8 +126,8 @@ def test_no_more_workers_are_started_than_a_small_file_has_blocks(tmp_path):
             chunk, total = int(rng.choice([1, 7, 100, 16384])), fileio.count_lines(path)
             start = int(rng.integers(0, total + 1))
             stop = None if rng.random() < 0.5 else int(rng.integers(start, total + 1))
-            blocks = len(fileio.line_plan(path, chunk, start, stop))
-            assert workers.workers_for(path, chunk, start, stop) == max(1, min(64, blocks))
+            count = len(blocks.line_plan(path, chunk, start, stop))
+            assert workers.workers_for(path, chunk, start, stop) == max(1, min(64, count))
         big = tmp_path / "big.txt"
         big.write_bytes(b"a line\n" * (fileio.JOB_BYTES // 7 + 1))  # past one block by bytes: not counted
         assert workers.workers_for(big, 16384) == 64
@@ -140,8 +140,8 @@ def test_a_plan_for_workers_ends_in_finer_blocks(tmp_path):
     runs a whole job alone at the end; the lines and their numbers are those of the one-thread plan."""
     path = tmp_path / "lines.txt"
     path.write_text("".join(f"line {i}\n" for i in range(10_000)))
-    one = fileio.line_plan(path, 400)
-    plan = fileio.line_plan(path, 400, threads=4)
+    one = blocks.line_plan(path, 400)
+    plan = blocks.line_plan(path, 400, threads=4)
     assert [n for *_, n in one] == [400] * 25
     assert [n for *_, n in plan] == [400] * 21 + [100] * 16
     assert [(first, at) for first, at, *_ in plan[21::4]] == [(first, at) for first, at, *_ in one[-4:]]
@@ -161,7 +161,7 @@ def test_a_plan_in_parts_covers_the_same_lines_and_names_the_same_long_line(tmp_
     """line_plan's threads each plan a part of the bytes cut at a line start: the blocks differ from one thread's at
     the cuts alone, so they hold the same lines in order, each within the budgets, numbered as one thread numbers
     them; and a line over the limit is named by its number in the file, whichever part holds it."""
-    monkeypatch.setattr(fileio, "SPAN_BYTES", 1)  # every file is cut, however small
+    monkeypatch.setattr(blocks, "SPAN_BYTES", 1)  # every file is cut, however small
     monkeypatch.setenv(fileio.LINE_LIMIT_ENV, "5000")
     rng, differ = np.random.default_rng(1), 0
     for trial in range(80):
@@ -177,16 +177,16 @@ def test_a_plan_in_parts_covers_the_same_lines_and_names_the_same_long_line(tmp_
         total = fileio.count_lines(path)
         start = int(rng.integers(0, total + 1))
         stop = None if rng.random() < 0.5 else int(rng.integers(start, total + 1))
-        one = fileio.line_plan(path, lines, start, stop, chunk_bytes=budget)
-        plan = fileio.line_plan(path, lines, start, stop, chunk_bytes=budget, threads=threads)
+        one = blocks.line_plan(path, lines, start, stop, chunk_bytes=budget)
+        plan = blocks.line_plan(path, lines, start, stop, chunk_bytes=budget, threads=threads)
         data = path.read_bytes()
-        blocks = [data[at : at + size] for _, at, size, _ in plan]
-        assert b"".join(blocks) == b"".join(data[at : at + size] for _, at, size, _ in one)
+        parts = [data[at : at + size] for _, at, size, _ in plan]
+        assert b"".join(parts) == b"".join(data[at : at + size] for _, at, size, _ in one)
         assert sum(n for *_, n in plan) == (total if stop is None else stop) - start
         assert [first for first, *_ in plan] == [start + 1 + sum(n for *_, n in plan[:i]) for i in range(len(plan))]
         assert all(n <= lines and (size <= budget or n == 1) for _, _, size, n in plan)
         with path.open("rb") as f:
-            cuts = fileio.line_starts(f, 0, len(data), threads)
+            cuts = blocks.line_starts(f, 0, len(data), threads)
         assert cuts[0] == 0 and cuts[-1] == len(data) and len(cuts) <= threads + 1
         assert all(a < b for a, b in zip(cuts, cuts[1:], strict=False)) or not data
         assert all(data[at - 1 : at] == b"\n" for at in cuts[1:-1])  # each a line start
@@ -196,4 +196,4 @@ def test_a_plan_in_parts_covers_the_same_lines_and_names_the_same_long_line(tmp_
     path.write_text("short\n" * 3000 + "y" * 6000 + "\n" + "short\n" * 3000)
     for threads in (1, 2, 5):
         with pytest.raises(fileio.InputError, match=r"long.txt:3001: a line of more than 5,000 bytes"):
-            fileio.line_plan(path, 100, threads=threads)
+            blocks.line_plan(path, 100, threads=threads)
