@@ -2,7 +2,8 @@
 
 The input is streamed in chunks and the rows go into a memory-mapped .npy under a temporary name,
 renamed into place only when every row is written: RAM stays bounded for any file size, and an
-interrupted run leaves no output that looks complete.
+interrupted run leaves no output that looks complete. `--sentence-file -` reads standard input once, as it comes
+(`jq -r .text docs.jsonl | paraphrastic-embed --sentence-file - ...`).
 
 Sharding for job arrays: `--shard I --num-shards N` embeds only the I-th of N contiguous, near-equal
 slices of the lines (0-based I) and records which slice in OUT.json beside the output OUT; then
@@ -29,6 +30,7 @@ from paraphrastic import language, load_encoder, ray_engine
 from paraphrastic.blocks import block_bytes, estimate_lines, worker_blocks
 from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
 from paraphrastic.fileio import (
+    STDIN,
     InputError,
     atomic_output,
     atomic_path,
@@ -37,11 +39,14 @@ from paraphrastic.fileio import (
     decode_raw,
     file_digest,
     flushing,
+    input_path,
+    iter_line_blocks,
     open_input,
     progress,
     refuse_same_file,
     remove_stale_temps,
     reserve_space,
+    set_npy_rows,
     write_npy_rows,
 )
 from paraphrastic.precision import row_layout, rows_in
@@ -50,6 +55,7 @@ from paraphrastic.workers import Workers, use_threads, workers_for
 
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
+STREAM_ROWS = 10**20  # the rows a stream's header says until its end: the most its 21 padded digits hold
 DTYPES = ("float32", "float16", "binary", "ubinary")  # binary, ubinary: each row's signs, 8 a byte (precision.signs)
 
 
@@ -60,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "shards: paraphrastic-embed --sentence-file X --output-file part-I.npy --shard I --num-shards N, then\n"
         "  paraphrastic-embed --concat all.npy part-0.npy ... part-(N-1).npy",
     )
-    p.add_argument("--sentence-file", help="UTF-8 text, one sentence per line")
+    p.add_argument("--sentence-file", help="UTF-8 text, one sentence per line; - reads standard input")
     p.add_argument(
         "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
     )
@@ -112,9 +118,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error("--concat takes OUT and then the shard files in order")
     elif not (args.sentence_file and args.output_file):
         p.error("--sentence-file and --output-file are required (or --concat OUT SHARD...)")
-    elif args.sentence_file == "-":
-        p.error("--sentence-file takes a file, not standard input: the lines are counted before their rows are "
-                "written; save the text to a file first (paraphrastic-score reads a pipe)")  # fmt: skip
+    elif args.sentence_file == "-" and args.shard is not None:
+        p.error("--shard needs a file, not standard input: its lines are counted to cut the slices")
     if (args.shard is None) != (args.num_shards is None):
         p.error("--shard and --num-shards go together")
     if args.num_shards is not None and not 0 <= args.shard < args.num_shards:
@@ -142,18 +147,24 @@ def embed_file(
 ) -> dict:
     """Embed lines [start, stop) of `sentence_file` (all by default) into the .npy `output_file`, streamed and
     written atomically, by `workers` processes (default: `workers_for`, one a thread but no more than the input's
-    blocks) that write their rows into the memory-mapped output; returns stats (`rows`, `invalid_utf8_lines`)."""
+    blocks) that write their rows into the memory-mapped output; returns stats (`rows`, `invalid_utf8_lines`).
+    Standard input (fileio.STDIN) is read once as it comes, its rows counted at its end."""
+    stream = Path(sentence_file) == STDIN
     workers = workers or workers_for(sentence_file, chunk_lines, start, stop)
-    use_torch_for(-(-estimate_lines(sentence_file, start, stop) // workers))  # before the fork: loaded once for all
+    if not stream:  # a pipe's first bytes are read once, by the blocks
+        use_torch_for(-(-estimate_lines(sentence_file, start, stop) // workers))  # before the fork: loaded once
     with Workers(model, workers) as pool:
         pool.start()  # the workers fork and warm up while the input is planned
-        blocks, n = worker_blocks(sentence_file, chunk_lines, start, stop, workers)
+        blocks, n = (iter_line_blocks(STDIN, chunk_lines, stream=True), None) if stream else (
+            worker_blocks(sentence_file, chunk_lines, start, stop, workers))  # fmt: skip
         stats: dict = {"rows": n, "invalid_utf8_lines": 0}
         width, kind = row_layout(model.dim, dtype)
-        check_room(output_file, n * width * np.dtype(kind).itemsize)
+        check_room(output_file, (n or 0) * width * np.dtype(kind).itemsize)
         with npy_output(output_file) as tmp, progress(n, " sent", quiet) as bar:
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=kind, shape=(n, width))  # header and size
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=kind, shape=(n or 0, width))  # header and size
             del out  # the workers write the rows
+            if stream:
+                set_npy_rows(tmp, STREAM_ROWS)  # rows at any place, until the stream's end says how many
             reserve_space(tmp)  # a full disk fails here with a clear error, not with SIGBUS in the memory map
             jobs = ((Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start, dtype)
                     for first, blob in blocks)  # fmt: skip
@@ -165,7 +176,10 @@ def embed_file(
                     stats[key] = stats.get(key, 0) + value
                 row += rows
                 bar.update(rows)
-            if row != n:
+            if stream:
+                set_npy_rows(tmp, row)
+                stats["rows"] = row
+            elif row != n:
                 raise InputError(f"{sentence_file}: read {row} lines but counted {n}; file changed while read?")
     return stats
 
@@ -360,8 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {rows} rows from {len(paths)} shards to {out}", file=sys.stderr)
         return 0
     use_threads(args.threads)
-    open_input(args.sentence_file)
-    refuse_same_file(args.output_file, args.sentence_file, model_path(args.load_file), args.sp_model)
+    source = input_path(args.sentence_file)
+    open_input(source, stream=args.sentence_file == "-")
+    refuse_same_file(args.output_file, source, model_path(args.load_file), args.sp_model)
     model = load_encoder(args.load_file, sp_model=args.sp_model, device=args.device)
     gc.freeze()  # the modules and the model live to the end: the collections of a long run skip them
     remove_stale_temps(args.output_file)  # left by a killed run
@@ -369,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = embed_shard(model, args)
     else:
         stats = embed_file(
-            model, args.sentence_file, args.output_file, args.dtype, batch_size=args.batch_size,
+            model, source, args.output_file, args.dtype, batch_size=args.batch_size,
             chunk_lines=args.chunk_lines, strict=args.strict, quiet=args.quiet,
         )  # fmt: skip
     for note in text_notes(model, stats, args.load_file):

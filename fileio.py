@@ -28,6 +28,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+STDIN = Path("/dev/stdin")  # what an input named `-` reads: once, as it comes
 NOT_REGULAR = "not a regular file (a pipe, FIFO or device): inputs are read more than once; save it to a file first"
 DEFAULT_MAX_LINE_BYTES = 16 << 20
 LINE_LIMIT_ENV = "PARAPHRASTIC_MAX_LINE_BYTES"
@@ -97,6 +98,13 @@ def file_digest(path: str | os.PathLike) -> str:
     """The sha256 of a file's whole content, streamed (about a second for a GB)."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def input_path(name: str | os.PathLike) -> Path:
+    """An input's name as a path: `-` is standard input (STDIN, or the file it is where it is one)."""
+    if str(name) != "-":
+        return Path(name)
+    return Path(os.path.realpath(STDIN)) if STDIN.is_file() else STDIN
 
 
 def open_input(path: str | os.PathLike, stream: bool = False) -> int:
@@ -457,6 +465,24 @@ def write_npy_rows(path: str | os.PathLike, row: int, vectors: np.ndarray) -> No
         if fortran or len(shape) != 2 or row + len(vectors) > shape[0]:
             raise ValueError(f"{path}: rows {row}..{row + len(vectors)} do not fit its {shape} array")
         write_at(f.fileno(), np.ascontiguousarray(vectors, dtype=dtype), f.tell() + row * shape[1] * dtype.itemsize)
+
+
+def set_npy_rows(path: str | os.PathLike, rows: int) -> None:
+    """Rewrite an .npy file's header, in place, to say it holds `rows` rows: a stream's count, known at its end.
+    numpy pads the first axis of a header to 21 digits, so that the header keeps its length and the rows their place."""
+    with open(path, "rb+") as f:
+        version = np.lib.format.read_magic(f)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = header(f)
+        end = f.tell()
+        f.seek(0)
+        write = np.lib.format.write_array_header_1_0 if version == (1, 0) else np.lib.format.write_array_header_2_0
+        fields = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": fortran, "shape": (rows, *shape[1:])}
+        write(f, fields)
+        if f.tell() != end:
+            raise OutputError(
+                f"{path}: numpy {np.__version__} would move the rows to resize the header; use numpy 1.24+"
+            )
 
 
 def write_at(fd: int, array: np.ndarray, at: int) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +20,11 @@ from paraphrastic.blocks import block_bytes, estimate_lines, worker_blocks
 from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
 from paraphrastic.fileio import (
     SHOWN,
+    STDIN,
     atomic_output,
     bad_pairs_note,
     decode_raw,
+    input_path,
     iter_line_blocks,
     open_input,
     parse_pair_lines,
@@ -33,8 +34,6 @@ from paraphrastic.fileio import (
 )
 from paraphrastic.static import model_path, pair_cosines, sides, text_notes, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads, workers_for
-
-STDIN = Path("/dev/stdin")  # what `--sentence-pair-file -` reads, once, as it comes
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -109,14 +108,6 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
                 stats["bad_lines"] += len(chunk_bad)
                 bar.update(lines)
     return written, bad, empty, stats
-
-
-def input_path(name: str) -> Path:
-    """--sentence-pair-file as a path: `-` is standard input (STDIN, or the file it is); any other name must be a
-    regular file, since a FIFO or device by name is planned, so read twice."""
-    if name != "-":
-        return Path(name)
-    return Path(os.path.realpath(STDIN)) if STDIN.is_file() else STDIN
 
 
 def pair_blocks(path: Path, chunk_lines: int) -> tuple[Iterator, int | None]:

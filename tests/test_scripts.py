@@ -76,9 +76,10 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly_with_its_workers(t
     assert not left  # no worker outlives it
 
 
-def test_score_reads_a_pipe_as_it_comes(tiny_model_file, tmp_path):
-    """`generate | paraphrastic-score --sentence-pair-file -`: the rows of the same pairs in a file, bit for bit;
-    a bad line is named by its number on standard input; embed says it needs a file."""
+def test_score_and_embed_read_a_pipe_as_it_comes(tiny_model_file, tmp_path):
+    """`generate | paraphrastic-score --sentence-pair-file -` (and embed's `--sentence-file -`): the rows of the same
+    lines in a file, bit for bit, through the workers; a bad line is named by its number on standard input; a shard
+    needs a file."""
     sides = zip(generated_sentences(3000, 3), generated_sentences(3000, 4), strict=True)
     text = "".join(f"{a}\t{b}\n" for a, b in sides)
     (tmp_path / "pairs.txt").write_text(text)
@@ -89,8 +90,17 @@ def test_score_reads_a_pipe_as_it_comes(tiny_model_file, tmp_path):
     assert piped.stdout == from_file.stdout and piped.stdout.count(b"\n") == 3000
     bad = subprocess.run([*score, "--sentence-pair-file", "-"], input=b"a\tb\nno tab\n", capture_output=True)
     assert bad.returncode == 2 and bad.stderr.decode().startswith("error: /dev/stdin:2: expected sentence1<TAB>")
-    embed = run_script("embed_sentences.py", "--sentence-file", "-", "--output-file", str(tmp_path / "v.npy"))
-    assert embed.returncode == 2 and "takes a file, not standard input" in embed.stderr
+    embed = [sys.executable, "-m", "paraphrastic.embed_sentences", "--load-file", str(tiny_model_file), "--quiet"]
+    for dtype in ("float32", "ubinary"):
+        out = tmp_path / f"piped-{dtype}.npy"
+        subprocess.run([*embed, "--sentence-file", "-", "--output-file", str(out), "--chunk-lines", "700", "--dtype",
+                        dtype, "--threads", "2"], input=text.encode(), capture_output=True, check=True)  # fmt: skip
+        args = ["--sentence-file", tmp_path / "pairs.txt", "--load-file", tiny_model_file, "--dtype", dtype]
+        assert embed_sentences.main([*map(str, args), "--output-file", str(tmp_path / "file.npy"), "--quiet"]) == 0
+        assert np.load(out).tobytes() == np.load(tmp_path / "file.npy").tobytes() and len(np.load(out)) == 3000
+    shard = run_script("embed_sentences.py", "--sentence-file", "-", "--output-file", str(tmp_path / "v.npy"),
+                       "--shard", "0", "--num-shards", "2")  # fmt: skip
+    assert shard.returncode == 2 and "--shard needs a file, not standard input" in shard.stderr
 
 
 def read_or_empty(path: Path) -> bytes:
