@@ -16,6 +16,7 @@ import numpy as np
 from paraphrastic.fileio import (
     JOB_BYTES,
     LINE_LIMIT_ENV,
+    STDIN,
     InputError,
     count_lines,
     iter_line_blocks,
@@ -134,12 +135,15 @@ def plan_span(
 
 def worker_blocks(
     path: str | os.PathLike, chunk_lines: int, start: int = 0, stop: int | None = None, threads: int = 1
-) -> tuple[Iterator[tuple[int, bytes | tuple[int, int]]], int]:
+) -> tuple[Iterator[tuple[int, bytes | tuple[int, int]]], int | None]:
     """The blocks of lines [start, stop) for worker processes, and how many lines they hold: for a plain file
     (first line, (offset, length)), planned by `threads` threads in one pass, which each worker reads itself
     (`block_bytes`), so the process feeding them reads the file once and ships no text; for a .gz, which cannot be
-    read from the middle, (first line, the bytes)."""
+    read from the middle, (first line, the bytes); for standard input (STDIN), the bytes, read once as they come,
+    and None lines (not known before its end)."""
     path = Path(path)
+    if path == STDIN:
+        return iter_line_blocks(path, chunk_lines, start, stop, stream=True), None
     open_input(path)
     if path.suffix == ".gz":
         stop = count_lines(path) if stop is None else stop
@@ -153,9 +157,12 @@ def worker_blocks(
 
 def estimate_lines(path: str | os.PathLike, start: int = 0, stop: int | None = None) -> int:
     """About how many lines [start, stop) of a text file holds, from its size and the lines of its first 64 KiB (of
-    a .gz, its packed size: low): enough to choose a kernel before the workers start and the lines are counted."""
+    a .gz, its packed size: low): enough to choose a kernel before the workers start and the lines are counted.
+    Standard input: none, since its bytes can be read only once (its workers choose as they go)."""
     if stop is not None:
         return max(0, stop - start)
+    if Path(path) == STDIN:
+        return 0
     with reading(Path(path)), open_binary(Path(path)) as f:
         head = f.read(1 << 16)
     return max(0, os.path.getsize(path) * (head.count(b"\n") + 1) // max(1, len(head)) - start)

@@ -30,7 +30,6 @@ from paraphrastic import language, load_encoder, ray_engine
 from paraphrastic.blocks import block_bytes, estimate_lines, worker_blocks
 from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
 from paraphrastic.fileio import (
-    STDIN,
     InputError,
     atomic_output,
     atomic_path,
@@ -40,7 +39,6 @@ from paraphrastic.fileio import (
     file_digest,
     flushing,
     input_path,
-    iter_line_blocks,
     open_input,
     progress,
     refuse_same_file,
@@ -149,21 +147,18 @@ def embed_file(
     written atomically, by `workers` processes (default: `workers_for`, one a thread but no more than the input's
     blocks) that write their rows into the memory-mapped output; returns stats (`rows`, `invalid_utf8_lines`).
     Standard input (fileio.STDIN) is read once as it comes, its rows counted at its end."""
-    stream = Path(sentence_file) == STDIN
     workers = workers or workers_for(sentence_file, chunk_lines, start, stop)
-    if not stream:  # a pipe's first bytes are read once, by the blocks
-        use_torch_for(-(-estimate_lines(sentence_file, start, stop) // workers))  # before the fork: loaded once
+    use_torch_for(-(-estimate_lines(sentence_file, start, stop) // workers))  # before the fork: loaded once for all
     with Workers(model, workers) as pool:
         pool.start()  # the workers fork and warm up while the input is planned
-        blocks, n = (iter_line_blocks(STDIN, chunk_lines, stream=True), None) if stream else (
-            worker_blocks(sentence_file, chunk_lines, start, stop, workers))  # fmt: skip
+        blocks, n = worker_blocks(sentence_file, chunk_lines, start, stop, workers)  # n: None for standard input
         stats: dict = {"rows": n, "invalid_utf8_lines": 0}
         width, kind = row_layout(model.dim, dtype)
         check_room(output_file, (n or 0) * width * np.dtype(kind).itemsize)
         with npy_output(output_file) as tmp, progress(n, " sent", quiet) as bar:
             out = np.lib.format.open_memmap(tmp, mode="w+", dtype=kind, shape=(n or 0, width))  # header and size
             del out  # the workers write the rows
-            if stream:
+            if n is None:
                 set_npy_rows(tmp, STREAM_ROWS)  # rows at any place, until the stream's end says how many
             reserve_space(tmp)  # a full disk fails here with a clear error, not with SIGBUS in the memory map
             jobs = ((Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start, dtype)
@@ -176,7 +171,7 @@ def embed_file(
                     stats[key] = stats.get(key, 0) + value
                 row += rows
                 bar.update(rows)
-            if stream:
+            if n is None:
                 set_npy_rows(tmp, row)
                 stats["rows"] = row
             elif row != n:

@@ -459,21 +459,25 @@ def write_npy_rows(path: str | os.PathLike, row: int, vectors: np.ndarray) -> No
     """Write `vectors` at rows [row, row + len) of an existing .npy file, in its dtype, with one positioned write
     (worker processes fill one output side by side; a memory map per write costs more in page faults)."""
     with open(path, "rb+") as f:
-        version = np.lib.format.read_magic(f)
-        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = header(f)
+        _, shape, fortran, dtype = npy_header(f)
         if fortran or len(shape) != 2 or row + len(vectors) > shape[0]:
             raise ValueError(f"{path}: rows {row}..{row + len(vectors)} do not fit its {shape} array")
         write_at(f.fileno(), np.ascontiguousarray(vectors, dtype=dtype), f.tell() + row * shape[1] * dtype.itemsize)
+
+
+def npy_header(f: BinaryIO) -> tuple[tuple[int, int], tuple, bool, np.dtype]:
+    """An open .npy file's format version, shape, Fortran order and type, read from its header, which `f` is left
+    just past (at its first row)."""
+    version = np.lib.format.read_magic(f)
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return (version, *header(f))
 
 
 def set_npy_rows(path: str | os.PathLike, rows: int) -> None:
     """Rewrite an .npy file's header, in place, to say it holds `rows` rows: a stream's count, known at its end.
     numpy pads the first axis of a header to 21 digits, so that the header keeps its length and the rows their place."""
     with open(path, "rb+") as f:
-        version = np.lib.format.read_magic(f)
-        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = header(f)
+        version, shape, fortran, dtype = npy_header(f)
         end = f.tell()
         f.seek(0)
         write = np.lib.format.write_array_header_1_0 if version == (1, 0) else np.lib.format.write_array_header_2_0

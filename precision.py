@@ -47,9 +47,10 @@ def scaled_bytes(rows: np.ndarray, precision: str = "uint8") -> np.ndarray:
 
 
 def row_layout(dim: int, dtype: str) -> tuple[int, str]:
-    """The width and numpy type of a row of `dim` values stored as `dtype`: float32, float16, or its signs packed
-    8 a byte (binary as int8, ubinary as uint8)."""
-    return (-(-dim // 8), "int8" if dtype == "binary" else "uint8") if dtype.endswith("binary") else (dim, dtype)
+    """The width and numpy type of a row of `dim` values stored as `dtype` (`rows_in`): float32, float16, or its
+    signs packed 8 a byte (binary as int8, ubinary as uint8)."""
+    row = rows_in(np.empty((0, dim), dtype=np.float32), dtype)
+    return row.shape[1], row.dtype.name
 
 
 def rows_in(rows: np.ndarray, dtype: str) -> np.ndarray:

@@ -12,20 +12,16 @@ import argparse
 import contextlib
 import gc
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 from paraphrastic import language, load_encoder, ray_engine
 from paraphrastic.blocks import block_bytes, estimate_lines, worker_blocks
 from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
 from paraphrastic.fileio import (
     SHOWN,
-    STDIN,
     atomic_output,
     bad_pairs_note,
     decode_raw,
     input_path,
-    iter_line_blocks,
     open_input,
     parse_pair_lines,
     progress,
@@ -89,14 +85,13 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
     stats: `bad_lines` counts them all, so that memory stays flat however many there are)."""
     path = input_path(args.sentence_pair_file)
     workers = workers_for(path, args.chunk_lines) if model.on_cpu else 1
-    if path.is_file():  # a pipe's first bytes are read once, by the plan
-        use_torch_for(-(-2 * estimate_lines(path) // workers))  # before the fork: loaded once for all
+    use_torch_for(-(-2 * estimate_lines(path) // workers))  # before the fork: loaded once for all
     written = empty = 0
     bad: list[int] = []
     stats: dict = {"invalid_utf8_lines": 0, "bad_lines": 0}
     with Workers(model, workers) as pool:
         pool.start()  # the workers fork and warm up while the input is planned
-        blocks, total = pair_blocks(path, args.chunk_lines)
+        blocks, total = worker_blocks(path, args.chunk_lines, threads=threads())  # total: None for standard input
         jobs = ((path, first, blob, args.strict, args.skip_bad_lines, args.batch_size) for first, blob in blocks)
         with progress(total, " pair", args.quiet) as bar:
             for text, lines, chunk_bad, chunk_empty, chunk_stats in pool.map(score_job, jobs):
@@ -108,14 +103,6 @@ def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], in
                 stats["bad_lines"] += len(chunk_bad)
                 bar.update(lines)
     return written, bad, empty, stats
-
-
-def pair_blocks(path: Path, chunk_lines: int) -> tuple[Iterator, int | None]:
-    """The input's blocks for the workers and the lines they hold: a file's planned ahead (`worker_blocks`: the
-    workers read their own), standard input's read once as they come, their count unknown."""
-    if path.is_file() or path != STDIN:
-        return worker_blocks(path, chunk_lines, threads=threads())
-    return iter_line_blocks(path, chunk_lines, stream=True), None
 
 
 def score_job(model, job: tuple) -> tuple[str, int, list[int], int, dict]:
@@ -137,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine == "ray":
         return ray_engine.main_files(args, "score", score=True, skip_bad=args.skip_bad_lines)
     use_threads(args.threads)
-    open_input(input_path(args.sentence_pair_file), stream=args.sentence_pair_file == "-")
-    refuse_same_file(args.output_file, input_path(args.sentence_pair_file), model_path(args.load_file), args.sp_model)
+    source = input_path(args.sentence_pair_file)
+    open_input(source, stream=args.sentence_pair_file == "-")
+    refuse_same_file(args.output_file, source, model_path(args.load_file), args.sp_model)
     model = load_encoder(args.load_file, sp_model=args.sp_model, device=args.device)
     gc.freeze()  # the modules and the model live to the end: the collections of a long run skip them
     if args.output_file:

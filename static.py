@@ -235,7 +235,7 @@ class Encoding:
         at a time: float32 (len(texts), dim), one row per text: each model's `token_ids`, then its `embed_tokens`,
         then what `finish` makes of each batch's rows (encode's `rows_as`). `stats`: where to count the texts that
         are mostly unknown pieces (`count_unknown`), from the same ids."""
-        row = finish(np.empty((0, self.dim), dtype=np.float32))  # what a finished row is
+        row = self.no_rows(finish)
         out = np.empty((len(texts), row.shape[1]), dtype=row.dtype)
         for cut in text_slices(texts, max(batch_size, MIN_BATCH) if self.pooled_by_mean else batch_size):
             ids = self.token_ids(texts[cut], workers.threads())
@@ -245,6 +245,10 @@ class Encoding:
             if bar is not None:
                 bar.update(cut.stop - cut.start)
         return out
+
+    def no_rows(self, finish=AS_IS) -> np.ndarray:
+        """No rows, as `finish` makes them: the width and type of what is embedded through it."""
+        return finish(np.empty((0, self.dim), dtype=np.float32))
 
     def warm_up(self) -> None:
         """Embed one text, so that what a first embedding loads (scipy's kernel: 0.1 s) is loaded: a worker does
@@ -283,12 +287,12 @@ class Encoding:
                 cuts = text_slices(texts, most)
                 jobs = ((texts[cut], batch_size) for cut in cuts)
                 parts = [finish(self.embed_tokens(*t)) for t in advancing(team.map(_tokens_job, jobs), cuts, bar)]
-                return np.concatenate(parts) if parts else finish(np.empty((0, self.dim), dtype=np.float32))
+                return np.concatenate(parts) if parts else self.no_rows(finish)
             use_torch_for(len(texts) // team.size)  # before the fork: imported once for every worker
             # forked workers hold the texts: a job names its slice, cut by count (each worker's embed_here bounds
             # its batches' characters); a kept pool is sent its texts, in jobs bounded in characters too
             cuts = count_cuts(len(texts), most, team.size) if forked else text_slices(texts, most)
-            row = finish(np.empty((0, self.dim), dtype=np.float32))  # what a finished row is
+            row = self.no_rows(finish)
             with PlacedRows(len(texts), row.shape[1], row.dtype) as rows:  # a job's rows in a file, then in place
                 jobs = ((cut if forked else texts[cut], batch_size, finish, *rows.job_file(cut.start)) for cut in cuts)
                 for cut, _ in zip(cuts, advancing(team.map(_embed_job, jobs), cuts, bar), strict=True):
@@ -354,7 +358,7 @@ class Encoding:
         """encode's rows of an iterable that is no list: windows of it embedded in turn, each window's rows made
         what `finish` makes of them, into an output that grows in place (realloc moves its pages, it does not copy
         them), through one pool of workers for the whole stream."""
-        out, n = finish(np.empty((0, self.dim), dtype=np.float32)), 0
+        out, n = self.no_rows(finish), 0
         with contextlib.ExitStack() as stack:
             for window in text_windows(texts):
                 if pool is None and len(window) >= PARALLEL_MIN and workers.threads() > 1:
