@@ -58,9 +58,12 @@ def rows_in(rows: np.ndarray, dtype: str) -> np.ndarray:
     return signs(rows, dtype) if dtype.endswith("binary") else rows.astype(dtype, copy=False)
 
 
-def rows_as(rows: np.ndarray, normalize: bool, precision: str) -> np.ndarray:
-    """encode's rows as asked, where each row alone decides (the int8 steps need every row: `scaled_bytes`):
-    scaled to unit length in place, then packed to their signs for a binary `precision`."""
+def rows_as(rows: np.ndarray, normalize: bool, precision: str, dims: int | None = None) -> np.ndarray:
+    """encode's rows as asked, where each row alone decides (the int8 steps need every row: `scaled_bytes`), in
+    sentence-transformers' order: cut to their first `dims` values, scaled to unit length in place, then packed to
+    their signs for a binary `precision`."""
+    if dims is not None and dims < rows.shape[1]:
+        rows = rows[:, :dims].copy()
     if normalize:
         rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
     return signs(rows, precision) if precision.endswith("binary") else rows

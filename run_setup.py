@@ -28,8 +28,8 @@ from paraphrastic.models import (
     resolve_device,
 )
 from paraphrastic.pairs import ShardSet, iter_pairs, shard_paths, tokenize_pairs
+from paraphrastic.pieces import train_sentencepiece
 from paraphrastic.resume import check_inputs_unchanged, check_resume_args, load_resume_state
-from paraphrastic.static import train_sentencepiece
 from paraphrastic.train_config import OUTPUTS, SP_INPUT, Config, make_config, model_parts
 from paraphrastic.workers import use_threads
 

@@ -13,13 +13,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import io
 import itertools
 import os
-import string
 import sys
-import tempfile
-import unicodedata
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -221,12 +218,22 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.clip(np.divide(num, den, out=np.zeros_like(num), where=den > 0), -1.0, 1.0)
 
 
+class EvaluationRecord(list):
+    """The figures of sentence-transformers' evaluators run on a model (`evaluator(model)` ends by handing them to
+    the model's `model_card_data`): one (evaluator's class name, metrics, epoch, step) a call, in order."""
+
+    def set_evaluation_metrics(self, evaluator, metrics: dict, epoch: int = 0, step: int = 0) -> None:
+        self.append((type(evaluator).__name__, dict(metrics), epoch, step))
+
+
 class Encoding:
     """The embedding API every model offers (`encode`, `embed_raw_text`, `score_raw_text`, `similarity`, pools of
     worker processes), over its own `token_ids`, `embed_tokens`, `dim` and `on_cpu`."""
 
     piece_ids = False  # whether `token_ids` gives the first tokenizer's piece ids (a general model's are rows)
     pooled_by_mean = True  # whether every part pools by the mean, so that a batch's size costs no memory to speak of
+    prompts: Mapping[str, str] = types.MappingProxyType({})  # sentence-transformers' named prompts: ours need none
+    similarity_fn_name = "cosine"  # what `similarity` computes, by sentence-transformers' name
 
     def embed_here(
         self, texts: Sequence[str], batch_size: int = 8192, bar=None, stats: dict | None = None, finish=AS_IS
@@ -310,6 +317,11 @@ class Encoding:
         pool: Workers | None = None,
         precision: str = "float32",
         device: str | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        truncate_dim: int | None = None,
+        output_value: str = "sentence_embedding",
+        chunk_size: int | None = None,
     ):
         """sentence-transformers' `encode`: float32 rows (n, dim), one per sentence, in order; a 1-D vector for one
         string. `sentences` is any iterable of strings: a list is embedded by worker processes as embed_raw_text
@@ -322,18 +334,24 @@ class Encoding:
         halve the speed). `precision`: one of PRECISIONS, as sentence-transformers gives them: `binary`/`ubinary`
         pack each row's signs (`signs`; batch by batch, in the workers, so only the packed rows are held), `int8`/
         `uint8` cut each column's range over all the rows (`scaled_bytes`). `device`: where the model is (it is
-        not moved)."""
+        not moved). `prompt` (or `prompt_name`, a key of `prompts`): text put before each sentence; `truncate_dim`:
+        keep each row's first values (before normalizing and packing, as sentence-transformers does); `chunk_size`
+        is left to the pool, as in `encode_multi_process`."""
+        precision = precision or "float32"  # sentence-transformers' evaluators give None for it
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} is none of {', '.join(PRECISIONS)}")
         self.check_device(device)
+        check_st_arguments(self, truncate_dim, output_value)
         single = isinstance(sentences, str)
         texts = [sentences] if single else sentences
+        if prompt or prompt_name:  # as in sentence-transformers, a prompt given wins over a name
+            texts = with_prompt(texts, prompt if prompt is not None else self.prompt_named(prompt_name))
         bar = None
         if show_progress_bar:
             from tqdm import tqdm
 
             bar = tqdm(total=len(texts) if is_sequence(texts) else None, unit=" sent", file=sys.stderr)
-        finish = functools.partial(rows_as, normalize=normalize_embeddings, precision=precision)
+        finish = functools.partial(rows_as, normalize=normalize_embeddings, precision=precision, dims=truncate_dim)
         try:
             if is_sequence(texts):
                 check_texts(texts, items=False)
@@ -346,11 +364,12 @@ class Encoding:
         if precision.endswith("int8"):
             out = scaled_bytes(out, precision)
         out = out[0] if single else out
-        if convert_to_tensor:
+        if convert_to_tensor or not convert_to_numpy:  # sentence-transformers: a tensor, else a list of them
             import torch
 
-            return torch.from_numpy(out)
-        return out if convert_to_numpy else list(out)
+            out = torch.from_numpy(out)
+            return out if convert_to_tensor or single else list(out)
+        return out
 
     def embed_stream(
         self, texts: Iterable[str], batch_size: int, pool: Workers | None, bar, finish=AS_IS
@@ -412,6 +431,13 @@ class Encoding:
         return self.encode(sentences, batch_size, show_progress_bar, normalize_embeddings=normalize_embeddings,
                            pool=pool, precision=precision)  # fmt: skip
 
+    def prompt_named(self, name: str) -> str:
+        """The text of the prompt `name` in `prompts` (a ValueError when there is none by that name)."""
+        if name not in self.prompts:
+            raise ValueError(f"prompt_name {name!r} is none of this model's prompts "
+                             f"({', '.join(self.prompts) or 'it has none'}): give the text as prompt=")  # fmt: skip
+        return self.prompts[name]
+
     @staticmethod
     def stop_multi_process_pool(pool: Workers) -> None:
         pool.close()
@@ -444,29 +470,34 @@ class Encoding:
 
     def similarity(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> np.ndarray:
         """Cosine of every row of `a` with every row of `b`, (len(a), len(b)), as sentence-transformers'
-        `similarity`: each side is a list of sentences or an array of vectors from `encode`."""
-        a, b = map(self.vectors_of, (a, b))
-        return unit_rows(a) @ unit_rows(b).T
+        `similarity`: each side is a list of sentences or vectors from `encode` (one vector: one row); a torch
+        tensor where a side is one, else numpy's array."""
+        return as_given(unit_rows(self.vectors_of(a)) @ unit_rows(self.vectors_of(b)).T, a, b)
 
     def similarity_pairwise(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> np.ndarray:
         """Cosine of row i of `a` with row i of `b`, (len(a),), as sentence-transformers' `similarity_pairwise`."""
-        a, b = map(self.vectors_of, (a, b))
-        if a.shape != b.shape:
-            raise ValueError(f"similarity_pairwise takes two sides of one shape, not {a.shape} and {b.shape}")
-        return np.einsum("ij,ij->i", unit_rows(a), unit_rows(b))
+        x, y = map(self.vectors_of, (a, b))
+        if x.shape != y.shape:
+            raise ValueError(f"similarity_pairwise takes two sides of one shape, not {x.shape} and {y.shape}")
+        return as_given(np.einsum("ij,ij->i", unit_rows(x), unit_rows(y)), a, b)
 
     def vectors_of(self, x: Sequence[str] | np.ndarray) -> np.ndarray:
         """A side of `similarity`: its vectors as given, or encoded; packed signs (precision="binary") are refused,
         since the cosine of their bytes means nothing."""
         if not is_vectors(x):
             return self.encode(x)
-        x = np.asarray(x)
+        x = np.atleast_2d(np.asarray(x))
         if x.dtype in (np.int8, np.uint8) and x.ndim == 2 and x.shape[1] != self.dim:
             raise ValueError(
                 f"rows of {x.shape[1]} bytes are packed signs (precision='binary'), whose cosine means nothing: "
                 "compare them by the share of their bits that agree (docs/usage.md, 'Smaller vectors')"
             )
         return x
+
+    @functools.cached_property
+    def model_card_data(self) -> EvaluationRecord:
+        """Where sentence-transformers' evaluators, called on this model, leave their figures."""
+        return EvaluationRecord()
 
     def get_sentence_embedding_dimension(self) -> int:
         """The vectors' length, by sentence-transformers' name for it (`dim`)."""
@@ -499,6 +530,24 @@ def text_windows(texts: Iterable[str]) -> Iterator[list[str]]:
             window, chars = [], 0
     if window:
         yield window
+
+
+def with_prompt(texts: Iterable[str], prompt: str) -> Iterable[str]:
+    """`prompt` + each text, as sentence-transformers prepends a prompt: a list for a list (checked first, so that
+    a bad item is named), else a stream."""
+    if is_sequence(texts):
+        check_texts(texts)
+        return [prompt + text for text in texts]
+    return (prompt + text for window in text_windows(texts) for text in window)
+
+
+def check_st_arguments(model: Encoding, truncate_dim: int | None, output_value: str) -> None:
+    """A ValueError for sentence-transformers' encode arguments that this model cannot honour, saying why."""
+    if truncate_dim is not None and not (isinstance(truncate_dim, int) and 0 < truncate_dim <= model.dim):
+        raise ValueError(f"truncate_dim {truncate_dim!r} is not a count of values from 1 to the rows' {model.dim}")
+    if output_value != "sentence_embedding":
+        raise ValueError(f"output_value {output_value!r}: this model gives sentence embeddings only (the mean of its "
+                         "pieces' vectors); 'sentence_embedding' is the one value")  # fmt: skip
 
 
 def advancing(results: Iterator, cuts: list[slice], bar) -> Iterator:
@@ -547,6 +596,13 @@ def is_vectors(x) -> bool:
     """Whether `x` is an array of vectors (numpy's, or torch's when torch is loaded), not sentences."""
     torch = sys.modules.get("torch")
     return isinstance(x, np.ndarray) or (torch is not None and isinstance(x, torch.Tensor))
+
+
+def as_given(scores: np.ndarray, *sides):
+    """`scores` as a torch tensor where a side was one (sentence-transformers' evaluators rank them with torch),
+    else as numpy's array."""
+    torch = sys.modules.get("torch")
+    return torch.from_numpy(scores) if torch is not None and any(isinstance(x, torch.Tensor) for x in sides) else scores
 
 
 def _embed_job(model: Encoding, job: tuple[Sequence[str] | slice, int, Callable, str, int]) -> None:
@@ -682,79 +738,3 @@ def text_notes(model: Encoding, stats: dict, model_arg: str | os.PathLike | None
     notes = [invalid_utf8_note(stats["invalid_utf8_lines"])] if stats["invalid_utf8_lines"] else []
     foreign = language.foreign_warning(stats) if english_only(model_arg) else None
     return notes + [note for note in (unknown_warning(model, stats), foreign) if note]
-
-
-def ascii_marks_in(text_file: str | os.PathLike, folding: bool = False) -> str:
-    """The ASCII letters, digits and punctuation marks that occur in a text file (read in chunks), in a fixed order;
-    with `folding`, also those that its other characters fold to ('’' -> "'")."""
-    marks, seen = string.ascii_letters + string.digits + string.punctuation, set()
-    with open(text_file, encoding="utf-8") as f:
-        while chunk := f.read(1 << 24):
-            seen.update(chunk)
-    if folding:
-        seen |= {c for char in seen if not char.isascii() for c in fold(char)}
-    return "".join(c for c in marks if c in seen)
-
-
-TYPOGRAPHY = str.maketrans(dict.fromkeys("‘’‚‛′´", "'") | dict.fromkeys("“”„‟″", '"') | dict.fromkeys("‐‑‒–—―−", "-"))
-
-
-def fold(char: str) -> str:
-    """What a folding model reads for one character: compatibility forms and accents dropped (NFKD without its
-    combining marks: "é" -> "e", "ﬁ" -> "fi"), curly quotes and dashes made ASCII, control and format characters
-    removed. English text from the web spells the same word all these ways; the teachers read them alike."""
-    if unicodedata.category(char) in ("Cc", "Cf"):
-        return " " if char in "\t\n\r" else ""
-    decomposed = unicodedata.normalize("NFKD", char)
-    return "".join(c for c in decomposed if not unicodedata.combining(c)).translate(TYPOGRAPHY)
-
-
-def folding_rules() -> str:
-    """sentencepiece normalization rules (TSV: code points -> code points) that apply `fold` to every character
-    it changes; trained into a model, the folding travels inside the model file."""
-    rules = []
-    for code in range(1, sys.maxunicode + 1):  # not NUL: sentencepiece cannot key it
-        char = chr(code)
-        if 0xD800 <= code < 0xE000 or unicodedata.category(char) == "Cn" or (target := fold(char)) == char:
-            continue
-        rules.append(f"{code:X}\t{' '.join(f'{ord(c):X}' for c in target)}")
-    return "\n".join(rules) + "\n"
-
-
-def train_sentencepiece(
-    text_file: str | os.PathLike,
-    vocab_size: int,
-    num_threads: int | None = None,
-    character_coverage: float = 0.995,
-    folding: bool = False,
-) -> bytes:
-    """Train a unigram sentencepiece model and return its bytes. Characters outside the most frequent
-    `character_coverage` of the text become unknown (raise it for text with many characters, such as Chinese),
-    except the ASCII letters, digits and punctuation marks it holds, which are always pieces: without that, English
-    Wikipedia at 0.995 lost the letters j, q and z, the digits 4, 6 and 7, '?', '%' and '!'.
-    `folding` replaces sentencepiece's NFKC normalization with `fold` (for English: "café" reads as "cafe").
-
-    The text should already be lowercased for a lowercasing model. `vocab_size` is an upper bound: a small
-    text gets the pieces it supports (sentencepiece's soft limit), so tiny corpora still train.
-    """
-    buf = io.BytesIO()
-    with tempfile.TemporaryDirectory() as tmp:
-        rules = {}
-        if folding:
-            (Path(tmp) / "rules.tsv").write_text(folding_rules(), encoding="utf-8")
-            rules = {"normalization_rule_tsv": str(Path(tmp) / "rules.tsv")}
-        spm.SentencePieceTrainer.train(
-            input=str(text_file),
-            model_writer=buf,
-            model_type="unigram",
-            vocab_size=vocab_size,
-            hard_vocab_limit=False,
-            character_coverage=character_coverage,
-            required_chars=ascii_marks_in(text_file, folding),
-            input_sentence_size=2_000_000,
-            shuffle_input_sentence=True,
-            num_threads=num_threads or os.cpu_count() or 1,
-            minloglevel=2,
-            **rules,
-        )
-    return buf.getvalue()

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from paraphrastic import static
+from paraphrastic import pieces
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ def first_pairs(source: Path, n: int, folder: Path) -> tuple[Path, Path]:
     pairs.write_text("".join(lines), encoding="utf-8")
     text.write_text("".join(s.lower() + "\n" for line in lines for s in line.rstrip("\n").split("\t")))
     sp = folder / "sp.model"
-    sp.write_bytes(static.train_sentencepiece(text, 8000, 2))
+    sp.write_bytes(pieces.train_sentencepiece(text, 8000, 2))
     return pairs, sp
 
 

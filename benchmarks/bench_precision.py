@@ -1,11 +1,12 @@
-"""What encode's `precision` keeps: STS correlations of the shipped models' vectors as float32, int8 and binary.
+"""What encode's `precision` and `truncate_dim` keep: STS correlations of the shipped models' vectors as float32
+(whole, or their first 128 or 64 values), int8 and binary.
 
     python benchmarks/bench_precision.py [--data-dir ../shared/data]
 
 The dev sets only (STS Benchmark dev, STS 2017 en-en, STS 2012 train): every distinct sentence of them is
 embedded in one `encode(..., precision=P)` call, so the int8 steps come from those rows together, as a user's
 corpus would give them. A pair scores the cosine of its two rows (int8 values as numbers) or, for binary rows,
-the share of their 256 sign bits that agree (1 - Hamming / bits). uint8 and ubinary are the same bytes plus 128,
+the share of their sign bits that agree (1 - Hamming / bits). uint8 and ubinary are the same bytes plus 128,
 so they rank alike. Prints Spearman x 100 per set and the bytes of a row. Then, for the multilingual model, what
 bitext mining keeps: the error rate of nearest-neighbour retrieval (x 100, both ways, averaged over its seven
 languages) on Tatoeba, PUD and FLORES, test sets reported, not chosen by, each language's two sides encoded in one
@@ -24,7 +25,7 @@ import paraphrastic
 from paraphrastic import evaluate, static
 
 SETS = {"STSb dev": "sts/en/stsb/dev.tsv", "STS17 en-en": "sts/2017/en-en.tsv", "STS12 train": "sts/en/2012-train"}
-SHOWN = ("float32", "int8", "binary")
+WAYS = (("float32", None), ("float32", 128), ("float32", 64), ("int8", None), ("binary", None))  # (precision, dims)
 
 
 def read_sets(root: Path) -> dict[str, evaluate.Pairs]:
@@ -37,6 +38,10 @@ def read_sets(root: Path) -> dict[str, evaluate.Pairs]:
             [s for p in parts for s in p.s1], [s for p in parts for s in p.s2], np.concatenate([p.gold for p in parts])
         )
     return out
+
+
+def way_name(precision: str, dims: int | None) -> str:
+    return precision if dims is None else f"{precision}, first {dims} values"
 
 
 def agreement(a: np.ndarray, b: np.ndarray, precision: str) -> np.ndarray:
@@ -62,7 +67,7 @@ def retrieval_table(model, root: Path) -> None:
     print("\nmultilingual model: retrieval error x 100, both ways, mean over its languages\n")
     print("| precision | bytes a row | Tatoeba | PUD | FLORES |")
     print("|---|---|---|---|---|")
-    for precision in SHOWN:
+    for precision, dims in WAYS:
         cells, size = [], 0
         for task in ("tatoeba", "pud", "flores"):
             errors = []
@@ -70,11 +75,11 @@ def retrieval_table(model, root: Path) -> None:
                 files = evaluate.retrieval_files(root, task, lang)
                 if files is not None:
                     xx, eng = evaluate.parallel_lines(*files)
-                    rows = model.encode(xx + eng, precision=precision)
+                    rows = model.encode(xx + eng, precision=precision, truncate_dim=dims)
                     errors.append(retrieval_error(rows[: len(xx)], rows[len(xx) :], precision))
                     size = rows[0].nbytes
             cells.append(f"{np.mean(errors):.2f} ({len(errors)})" if errors else "absent")
-        print(f"| {precision} | {size} | {' | '.join(cells)} |")
+        print(f"| {way_name(precision, dims)} | {size} | {' | '.join(cells)} |")
 
 
 def main() -> None:
@@ -92,15 +97,15 @@ def main() -> None:
         print(f"\n{name} model: Spearman x 100 (of its values on these sentences, {positive:.3f} are above 0)\n")
         print(f"| precision | bytes a row | {' | '.join(sets)} |")
         print("|---|---|" + "---|" * len(sets))
-        for precision in SHOWN:
-            rows = model.encode(texts, precision=precision)
+        for precision, dims in WAYS:
+            rows = model.encode(texts, precision=precision, truncate_dim=dims)
             scores = []
             for pairs in sets.values():
                 a = rows[[row[t] for t in pairs.s1]]
                 b = rows[[row[t] for t in pairs.s2]]
                 scores.append(evaluate.correlations(agreement(a, b, precision), pairs.gold)["spearman"])
             cells = " | ".join(f"{s:.2f}" for s in scores)
-            print(f"| {precision} | {rows.shape[1] * rows.itemsize} | {cells} |")
+            print(f"| {way_name(precision, dims)} | {rows.shape[1] * rows.itemsize} | {cells} |")
     retrieval_table(model, args.data_dir)
 
 

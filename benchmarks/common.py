@@ -9,7 +9,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from paraphrastic import static
+from paraphrastic import pieces
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ def sp_model_50k() -> bytes:
         CACHE.mkdir(exist_ok=True)
         text = CACHE / "en.txt"
         text.write_text("\n".join(s.lower() for s in english_sentences()) + "\n", encoding="utf-8")
-        path.write_bytes(static.train_sentencepiece(text, vocab_size=50_000))
+        path.write_bytes(pieces.train_sentencepiece(text, vocab_size=50_000))
     return path.read_bytes()
 
 

@@ -46,7 +46,7 @@ dev=("$data/sts/2017/en-en.tsv" "$data/sts/en/stsb/dev.tsv" "$out/sts12-train.ts
 [ -f "$out/sp.model" ] || step sentencepiece python - "$out" "$vocab" <<'PY'
 import sys
 from pathlib import Path
-from paraphrastic.models import train_sentencepiece
+from paraphrastic.pieces import train_sentencepiece
 out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "lower.txt").write_text((out / "distill.txt").read_text(encoding="utf-8").lower(), encoding="utf-8")
 (out / "sp.tmp").write_bytes(train_sentencepiece(out / "lower.txt", vocab, folding=True))

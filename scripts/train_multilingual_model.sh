@@ -42,7 +42,7 @@ cat "$data"/sts/en/2012-train/*.tsv > "$out/sts12-train.tsv"
 [ -f "$out/sp.model" ] || step sentencepiece python - "$out" "$vocab" <<'PY'
 import sys
 from pathlib import Path
-from paraphrastic.models import train_sentencepiece
+from paraphrastic.pieces import train_sentencepiece
 out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "lower.txt").write_text((out / "distill.txt").read_text(encoding="utf-8").lower(), encoding="utf-8")
 (out / "sp.tmp").write_bytes(train_sentencepiece(out / "lower.txt", vocab, character_coverage=0.9999))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from paraphrastic import static, workers
+from paraphrastic import pieces, workers
 
 if TYPE_CHECKING:  # torch is imported by the fixtures that need it: pytest-xdist's controller runs no test
     from paraphrastic import models
@@ -128,7 +128,7 @@ def corpus_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def sp_bytes(corpus_file) -> bytes:
-    return static.train_sentencepiece(corpus_file, vocab_size=120, num_threads=1)
+    return pieces.train_sentencepiece(corpus_file, vocab_size=120, num_threads=1)
 
 
 @pytest.fixture

@@ -32,10 +32,12 @@ def test_a_generator_gives_the_rows_of_the_list_bit_for_bit_through_the_workers(
         streamed = model.encode(stream(60_000))
         packed = model.encode(list(stream(60_000)), precision="binary", normalize_embeddings=True)  # by the workers
         unit = model.encode(list(stream(60_000)), normalize_embeddings=True)
+        cut = model.encode(stream(60_000), precision="ubinary", truncate_dim=100)  # cut and packed by the workers
     finally:
         workers.use_threads(None)
     assert streamed.dtype == np.float32 and np.array_equal(as_list, streamed)
     assert np.array_equal(packed, precision.signs(as_list, "binary"))
+    assert cut.shape == (60_000, 13) and np.array_equal(cut, precision.signs(as_list[:, :100]))
     assert np.array_equal(unit, as_list / np.maximum(np.linalg.norm(as_list, axis=1, keepdims=True), 1e-12))
     assert np.array_equal(model.encode(iter(["a cat", "a dog"])), model.encode(["a cat", "a dog"]))
 
@@ -130,6 +132,69 @@ def test_precision_and_device_errors_say_what_to_do(model):
         ValueError, match="rows of 32 bytes are packed signs .* compare them by the share of their bits"
     ):
         model.similarity(model.encode(texts, precision="binary"), texts)
+
+
+def test_sentence_transformers_encode_arguments(model, monkeypatch):
+    """prompt, prompt_name, truncate_dim (before normalizing, as sentence-transformers cuts), a list of tensors for
+    convert_to_numpy=False, and errors for what this model cannot give."""
+    texts = list(stream(300))
+    rows = model.encode(texts)
+    assert np.array_equal(model.encode(texts, truncate_dim=64), rows[:, :64])
+    cut = rows[:, :64] / np.maximum(np.linalg.norm(rows[:, :64], axis=1, keepdims=True), 1e-12)
+    assert np.array_equal(model.encode(iter(texts), truncate_dim=64, normalize_embeddings=True), cut)
+    asked = model.encode(["query: " + text for text in texts])
+    assert not np.array_equal(asked, rows)
+    assert np.array_equal(model.encode(texts, prompt="query: "), asked)
+    assert np.array_equal(model.encode(iter(texts), prompt="query: "), asked)
+    assert np.array_equal(model.encode(texts[0], prompt="query: "), asked[0])
+    with pytest.raises(ValueError, match=r"prompt_name 'query' is none of this model's prompts \(it has none\)"):
+        model.encode_query(texts, prompt_name="query")
+    monkeypatch.setattr(model, "prompts", {"query": "query: "}, raising=False)
+    assert np.array_equal(model.encode_query(texts, prompt_name="query"), asked)
+    assert np.array_equal(model.encode(texts, prompt_name="query", prompt=""), rows)  # a prompt given wins
+    with pytest.raises(TypeError, match=r"texts\[1\] is NoneType None, not a string"):
+        model.encode(["a", None], prompt="query: ")
+    tensors = model.encode(texts[:2], convert_to_numpy=False)
+    assert isinstance(tensors, list) and all(isinstance(t, torch.Tensor) for t in tensors)
+    assert np.array_equal(torch.stack(tensors).numpy(), rows[:2])
+    for dims in (0, 257, 2.5):
+        with pytest.raises(ValueError, match=f"truncate_dim {dims} is not a count of values from 1 to the rows' 256"):
+            model.encode(texts, truncate_dim=dims)
+    with pytest.raises(ValueError, match="output_value 'token_embeddings': this model gives sentence embeddings"):
+        model.encode(texts, output_value="token_embeddings")
+    assert model.encode(texts, precision=None).dtype == np.float32  # sentence-transformers' evaluators give None
+    assert isinstance(model.similarity(rows[:3], rows), np.ndarray) and model.similarity(rows[0], rows).shape == (
+        1,
+        300,
+    )
+    scores = model.similarity(torch.from_numpy(rows[:3]), rows)
+    assert isinstance(scores, torch.Tensor) and np.array_equal(scores.numpy(), model.similarity(rows[:3], rows))
+
+
+def test_sentence_transformers_utilities_and_evaluators_take_the_model(model):
+    """sentence-transformers' own helpers and evaluators, called on this model as on theirs, give the figures that
+    its cosines give."""
+    util = pytest.importorskip("sentence_transformers.util")
+    evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
+    from scipy.stats import pearsonr, spearmanr
+
+    texts = ["A man plays a guitar.", "Someone plays the guitar.", "A cat sleeps.", "The cat is asleep.", "Rain."]
+    vectors = model.encode(texts)
+    top = util.paraphrase_mining(model, texts)[0]
+    best = max((model.similarity(vectors[i], vectors[j])[0, 0], i, j) for i in range(5) for j in range(i + 1, 5))
+    assert top[1:] == list(best[1:]) and top[0] == pytest.approx(float(best[0]), abs=1e-6)
+    gold = [0.9, 0.1, 0.8, 0.0]
+    figures = evaluation.EmbeddingSimilarityEvaluator(texts[:4], texts[1:], gold, name="dev")(model)
+    ours = [float(model.similarity(vectors[i], vectors[i + 1])[0, 0]) for i in range(4)]
+    assert figures["dev_pearson_cosine"] == pytest.approx(pearsonr(gold, ours)[0], abs=1e-6)
+    assert figures["dev_spearman_cosine"] == pytest.approx(spearmanr(gold, ours)[0], abs=1e-6)
+    queries, corpus = {"q": "a guitar player"}, {str(i): text for i, text in enumerate(texts)}
+    found = evaluation.InformationRetrievalEvaluator(queries, corpus, {"q": {"0", "1"}}, name="ir")(model)
+    assert found["ir_cosine_accuracy@1"] == 1.0
+    assert [(name, epoch) for name, _, epoch, _ in model.model_card_data] == [
+        ("EmbeddingSimilarityEvaluator", -1),
+        ("InformationRetrievalEvaluator", -1),
+    ]
 
 
 def test_sentence_transformers_pool_calls(model):

@@ -14,7 +14,7 @@ import torch
 from conftest import generated_sentences, need
 from scipy.stats import pearsonr, spearmanr
 
-from paraphrastic import evaluate, knn, models, static
+from paraphrastic import evaluate, knn, models, pieces
 from paraphrastic.fileio import InputError
 
 # ----------------------------------------------------------------------------- fixtures
@@ -347,7 +347,7 @@ def caption_model(tmp_path_factory):
         lines = [line.split("\t")[0].lower() for line in itertools.islice(f, 3000)]
     text = tmp_path_factory.mktemp("captions") / "captions.txt"
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tokenizer = models.Tokenizer(static.train_sentencepiece(text, vocab_size=1000, num_threads=2), lowercase=True)
+    tokenizer = models.Tokenizer(pieces.train_sentencepiece(text, vocab_size=1000, num_threads=2), lowercase=True)
     torch.manual_seed(0)
     return models.SPModel(tokenizer, torch.randn(len(tokenizer), 32))
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import ROOT, generated_sentences, need, shared_data_or_skip
 
-from paraphrastic import interop, models, static, train
+from paraphrastic import interop, models, pieces, static, train
 
 sentence_transformers = model2vec = None  # imported by `libraries` when the first test here runs
 
@@ -74,7 +74,7 @@ def cased_model(tmp_path_factory, real_sentences) -> models.SPModel:
     """Lowercasing off, a sentencepiece model over the six languages (so few characters are unknown)."""
     text = tmp_path_factory.mktemp("cased") / "text.txt"
     text.write_text("\n".join(real_sentences) + "\n", encoding="utf-8")
-    tokenizer = models.Tokenizer(static.train_sentencepiece(text, vocab_size=2000, num_threads=1), lowercase=False)
+    tokenizer = models.Tokenizer(pieces.train_sentencepiece(text, vocab_size=2000, num_threads=1), lowercase=False)
     return models.SPModel(tokenizer, torch.randn(len(tokenizer), 24, generator=torch.Generator().manual_seed(0)))
 
 

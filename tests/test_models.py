@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import generated_sentences
 
-from paraphrastic import checkpoint, models, static
+from paraphrastic import checkpoint, models, pieces, static
 from paraphrastic.models import ModelError, load_model
 
 
@@ -213,14 +213,14 @@ def rare_marks_text(path: Path) -> Path:
 
 def test_sentencepiece_keeps_every_ascii_letter_digit_and_punctuation_mark_however_rare(tmp_path):
     tokenizer = models.Tokenizer(
-        static.train_sentencepiece(rare_marks_text(tmp_path / "t.txt"), 300, 1), lowercase=True
+        pieces.train_sentencepiece(rare_marks_text(tmp_path / "t.txt"), 300, 1), lowercase=True
     )
     assert not any(tokenizer.unk_id in ids for ids in tokenizer.encode(["7", "j", "?", "%"]))
     assert tokenizer.encode(["é"])[0].count(tokenizer.unk_id) == 1  # other rare characters stay unknown
 
 
 def test_a_folding_sentencepiece_model_reads_accents_curly_quotes_and_dashes_as_ascii(tmp_path):
-    sp = static.train_sentencepiece(rare_marks_text(tmp_path / "t.txt"), 300, 1, folding=True)
+    sp = pieces.train_sentencepiece(rare_marks_text(tmp_path / "t.txt"), 300, 1, folding=True)
     tokenizer = models.Tokenizer(sp, lowercase=True)
     folded, plain = tokenizer.encode(["Café don’t “go” 1990–95\u200b", 'cafe don\'t "go" 1990-95'])
     assert folded == plain and tokenizer.unk_id not in folded

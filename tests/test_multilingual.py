@@ -11,7 +11,7 @@ import torch
 from conftest import ROOT, generated_sentences, stated_figure
 from multilingual_targets import mix_teachers
 
-from paraphrastic import evaluate, models, static, train
+from paraphrastic import evaluate, models, pieces, static, train
 
 # A made-up second language for the fixture: every Latin letter written as a Cyrillic one, so that the two
 # sides share no piece and only distillation can bring a sentence and its "translation" together.
@@ -22,7 +22,7 @@ def test_distillation_pulls_a_foreign_side_toward_its_english_target(tmp_path):
     english = sorted(set(generated_sentences(400, 31)))[:150]
     foreign = [s.translate(CIPHER) for s in english]
     (tmp_path / "text.txt").write_text("\n".join(english + foreign) + "\n")
-    sp = static.train_sentencepiece(tmp_path / "text.txt", 400, num_threads=1, character_coverage=1.0)
+    sp = pieces.train_sentencepiece(tmp_path / "text.txt", 400, num_threads=1, character_coverage=1.0)
     tokenizer = models.Tokenizer(sp, lowercase=True)
     assert not any(tokenizer.unk_id in ids for ids in tokenizer.encode(foreign))
     table = np.random.default_rng(0).standard_normal((len(tokenizer), 16)).astype(np.float32) * 0.1

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from conftest import ROOT, generated_sentences, sp_model
 
-from paraphrastic import cuda_step, models, negatives, run_setup, shards, static, train, train_config, workers
+from paraphrastic import cuda_step, models, negatives, pieces, run_setup, shards, static, train, train_config, workers
 from paraphrastic.pairs import PairData, PairSampler, ShardSet, shard_paths, tokenize_pairs
 
 
@@ -273,7 +273,7 @@ def test_text_and_hdf5_give_the_same_batches_and_weights(sp_bytes, sp_file, pair
 def test_shard_from_another_sentencepiece_model_is_refused(
     sp_bytes, sp_file, pairs_file, corpus_file, tmp_path, capsys
 ):
-    other = static.train_sentencepiece(corpus_file, vocab_size=40, num_threads=1)
+    other = pieces.train_sentencepiece(corpus_file, vocab_size=40, num_threads=1)
     source = tokenize_pairs(pairs_file, sp_model(other), skip_bad=False, threads=1)
     folder = write_shards(source, other, tmp_path / "shards", cut=100)
     args = ["--train-shards", str(folder), "--sp-model", str(sp_file), "--output-dir", str(tmp_path / "out")]
