@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -47,7 +48,7 @@ from paraphrastic.fileio import (
     set_npy_rows,
     write_npy_rows,
 )
-from paraphrastic.precision import row_layout, rows_in
+from paraphrastic.precision import row_layout, rows_as
 from paraphrastic.static import model_path, text_notes, use_torch_for
 from paraphrastic.workers import Workers, use_threads, workers_for
 
@@ -85,6 +86,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the rows' type; binary / ubinary: each row's signs, 8 a byte, as int8 / uint8 (dim/8 bytes a row, "
         "encode's precision=; default float32)",
     )
+    p.add_argument("--normalize", action="store_true", help="rows of unit length (encode's normalize_embeddings=)")
+    p.add_argument("--truncate-dim", type=at_least(1), metavar="K",
+                   help="keep each row's first K values, before --normalize and --dtype (encode's truncate_dim=)")  # fmt: skip
     p.add_argument(
         "--threads",
         type=at_least(1),
@@ -110,7 +114,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "--sentence-file and --output-file)"
         )
     if args.concat:
-        local = ["sentence_file", "output_file", "shard", "num_shards", "load_file", "sp_model", "device", "dtype"]
+        local = ["sentence_file", "output_file", "shard", "num_shards", "load_file", "sp_model", "device", "dtype",
+                 "normalize", "truncate_dim"]  # fmt: skip
         refuse_unused(p, args, "--concat", "it joins the shards' rows as they are, and embeds nothing", *local)
         if len(args.concat) < 2:
             p.error("--concat takes OUT and then the shard files in order")
@@ -142,31 +147,36 @@ def embed_file(
     strict: bool = False,
     quiet: bool = False,
     workers: int | None = None,
+    normalize: bool = False,
+    truncate_dim: int | None = None,
 ) -> dict:
     """Embed lines [start, stop) of `sentence_file` (all by default) into the .npy `output_file`, streamed and
     written atomically, by `workers` processes (default: `workers_for`, one a thread but no more than the input's
     blocks) that write their rows into the memory-mapped output; returns stats (`rows`, `invalid_utf8_lines`).
-    Standard input (fileio.STDIN) is read once as it comes, its rows counted at its end."""
+    Standard input (fileio.STDIN) is read once as it comes, its rows counted at its end. The rows are cut to
+    `truncate_dim` values, scaled to unit length with `normalize`, then stored as `dtype`, batch by batch in the
+    workers (`rows_as`, as encode makes them)."""
+    finish = functools.partial(rows_as, normalize=normalize, precision=dtype, dims=truncate_dim)
     workers = workers or workers_for(sentence_file, chunk_lines, start, stop)
     use_torch_for(-(-estimate_lines(sentence_file, start, stop) // workers))  # before the fork: loaded once for all
     with Workers(model, workers) as pool:
         pool.start()  # the workers fork and warm up while the input is planned
         blocks, n = worker_blocks(sentence_file, chunk_lines, start, stop, workers)  # n: None for standard input
         stats: dict = {"rows": n, "invalid_utf8_lines": 0}
-        width, kind = row_layout(model.dim, dtype)
-        check_room(output_file, (n or 0) * width * np.dtype(kind).itemsize)
+        row = model.no_rows(finish)
+        check_room(output_file, (n or 0) * row.shape[1] * row.itemsize)
         with npy_output(output_file) as tmp, progress(n, " sent", quiet) as bar:
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=kind, shape=(n or 0, width))  # header and size
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=row.dtype, shape=(n or 0, row.shape[1]))
             del out  # the workers write the rows
             if n is None:
                 set_npy_rows(tmp, STREAM_ROWS)  # rows at any place, until the stream's end says how many
             reserve_space(tmp)  # a full disk fails here with a clear error, not with SIGBUS in the memory map
-            jobs = ((Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start, dtype)
+            jobs = ((Path(sentence_file), first, blob, strict, batch_size, tmp, first - 1 - start, finish)
                     for first, blob in blocks)  # fmt: skip
             row = 0
             for rows, job_stats, tokens in pool.map(embed_job, jobs):
                 if tokens is not None:  # tokenized by the workers, pooled here on the device
-                    write_npy_rows(tmp, tokens[0], rows_in(model.embed_tokens(*tokens[1:]), dtype))
+                    write_npy_rows(tmp, tokens[0], finish(model.embed_tokens(*tokens[1:])))
                 for key, value in job_stats.items():
                     stats[key] = stats.get(key, 0) + value
                 row += rows
@@ -197,7 +207,7 @@ def npy_output(output_file: str | os.PathLike) -> Iterator[Path]:
 def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
     """A worker's part of embed_file: decode its lines and write their rows into the output (on a CPU), or
     return their pieces (row, ids, lengths) for the device to pool; returns (lines, stats, pieces or None)."""
-    path, first, block, strict, batch_size, out, row, dtype = job
+    path, first, block, strict, batch_size, out, row, finish = job
     lines, bad = decode_raw(block_bytes(path, block), path, first, strict)
     stats = {"invalid_utf8_lines": bad}
     language.tally(lines, stats)
@@ -205,7 +215,7 @@ def embed_job(model, job: tuple) -> tuple[int, dict, tuple | None]:
         ids = model.token_ids(lines)
         model.count_unknown(lines, stats, ids)
         return len(lines), stats, (row, *ids)
-    write_npy_rows(out, row, rows_in(model.embed_here(lines, batch_size, stats=stats), dtype))
+    write_npy_rows(out, row, model.embed_here(lines, batch_size, stats=stats, finish=finish))
     return len(lines), stats, None
 
 
@@ -227,7 +237,7 @@ def embed_shard(model, args: argparse.Namespace) -> dict:
     start, stop = shard_bounds(lines, args.shard, args.num_shards)
     stats = embed_file(
         model, args.sentence_file, args.output_file, args.dtype, start, stop, args.batch_size, args.chunk_lines,
-        args.strict, args.quiet,
+        args.strict, args.quiet, normalize=args.normalize, truncate_dim=args.truncate_dim,
     )  # fmt: skip
     record = {
         "format": PART_FORMAT,
@@ -241,6 +251,8 @@ def embed_shard(model, args: argparse.Namespace) -> dict:
         "model_sha256": file_sha256(model_path(args.load_file)),
         "dim": model.dim,
         "dtype": args.dtype,
+        "normalize": args.normalize,
+        "truncate_dim": args.truncate_dim,
         "rows_sha256": file_sha256(Path(args.output_file)),  # a record vouches for these rows alone
     }
     with atomic_output(record_path(args.output_file), "w") as f:
@@ -267,14 +279,15 @@ def read_shard(path: Path) -> tuple[dict, np.ndarray]:
             f"{rec_file}: not a complete shard record (format {PART_FORMAT!r}, keys {sorted(RECORD_KEYS)})"
         )
     numbers = ("shard", "num_shards", "start", "stop", "lines", "dim")
-    bad = [k for k in numbers if not isinstance(rec[k], int) or isinstance(rec[k], bool) or rec[k] < 0]
+    bad = [k for k in numbers if not is_count(rec[k])]
+    bad += ["truncate_dim"] if rec.get("truncate_dim") is not None and not is_count(rec["truncate_dim"]) else []
     if bad or rec["dtype"] not in DTYPES:
         what = ", ".join(bad) or f"dtype {rec['dtype']!r}"
         raise InputError(f"{rec_file}: a damaged shard record ({what}); re-run that shard")
     if "rows_sha256" in rec and rec["rows_sha256"] != file_sha256(path):
         raise InputError(f"{path}: not the rows its record {rec_file.name} was written for (an interrupted rerun?); "
                          "re-run that shard")  # fmt: skip
-    width, kind = row_layout(rec["dim"], rec["dtype"])
+    width, kind = row_layout(rec.get("truncate_dim") or rec["dim"], rec["dtype"])
     if rows.shape != (rec["stop"] - rec["start"], width) or rows.dtype != np.dtype(kind):
         raise InputError(
             f"{path}: holds {rows.shape} {rows.dtype} but its record says "
@@ -283,12 +296,17 @@ def read_shard(path: Path) -> tuple[dict, np.ndarray]:
     return rec, rows
 
 
+def is_count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
 def check_shards(paths: list[str | os.PathLike]) -> list[np.ndarray]:
     """The shards' rows, after checking that they are shards 0..N-1 of one input and one model, in order."""
     paths = [Path(p) for p in paths]
     shards = [read_shard(p) for p in paths]
     first = shards[0][0]
-    same = ("num_shards", "lines", "sentence_file", "sentence_file_bytes", "model_sha256", "dim", "dtype")
+    same = ("num_shards", "lines", "sentence_file", "sentence_file_bytes", "model_sha256", "dim", "dtype",
+            "normalize", "truncate_dim")  # fmt: skip
     for i, (path, (rec, _)) in enumerate(zip(paths, shards, strict=True)):
         differ = [key for key in same if rec.get(key) != first.get(key)]
         if differ:
@@ -356,11 +374,20 @@ def concat_shards(paths: list[str | os.PathLike], output_file: str | os.PathLike
     return rows
 
 
+def check_truncate_dim(model, truncate_dim: int | None) -> None:
+    if truncate_dim is not None and truncate_dim > model.dim:
+        raise InputError(f"--truncate-dim {truncate_dim} is more than the model's {model.dim} values a row")
+
+
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.engine == "ray":
-        return ray_engine.main_files(args, "embed", text_column=args.text_column, dtype=args.dtype)
+        shape = {"normalize": args.normalize} if args.normalize else {}  # a run's options as before, unless asked
+        if args.truncate_dim:
+            check_truncate_dim(load_encoder(args.load_file), args.truncate_dim)
+            shape["truncate_dim"] = args.truncate_dim
+        return ray_engine.main_files(args, "embed", text_column=args.text_column, dtype=args.dtype, **shape)
     if args.concat:
         out, *paths = args.concat
         refuse_same_file(out, *paths)
@@ -373,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     open_input(source, stream=args.sentence_file == "-")
     refuse_same_file(args.output_file, source, model_path(args.load_file), args.sp_model)
     model = load_encoder(args.load_file, sp_model=args.sp_model, device=args.device)
+    check_truncate_dim(model, args.truncate_dim)
     gc.freeze()  # the modules and the model live to the end: the collections of a long run skip them
     remove_stale_temps(args.output_file)  # left by a killed run
     if args.shard is not None:
@@ -380,13 +408,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         stats = embed_file(
             model, source, args.output_file, args.dtype, batch_size=args.batch_size,
-            chunk_lines=args.chunk_lines, strict=args.strict, quiet=args.quiet,
+            chunk_lines=args.chunk_lines, strict=args.strict, quiet=args.quiet, normalize=args.normalize,
+            truncate_dim=args.truncate_dim,
         )  # fmt: skip
     for note in text_notes(model, stats, args.load_file):
         print(note, file=sys.stderr)
     where = "" if args.shard is None else f" (shard {args.shard} of {args.num_shards})"
-    packed = f" ({row_layout(model.dim, args.dtype)[0]} bytes a row)" if args.dtype.endswith("binary") else ""
-    print(f"wrote {stats['rows']} x {model.dim} {args.dtype} embeddings{packed}{where} to {args.output_file}",
+    dim = args.truncate_dim or model.dim
+    packed = f" ({row_layout(dim, args.dtype)[0]} bytes a row)" if args.dtype.endswith("binary") else ""
+    unit = " unit-length" if args.normalize else ""
+    print(f"wrote {stats['rows']} x {dim}{unit} {args.dtype} embeddings{packed}{where} to {args.output_file}",
           file=sys.stderr)  # fmt: skip
     return 0
 

@@ -59,11 +59,11 @@ def rows_in(rows: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def rows_as(rows: np.ndarray, normalize: bool, precision: str, dims: int | None = None) -> np.ndarray:
-    """encode's rows as asked, where each row alone decides (the int8 steps need every row: `scaled_bytes`), in
-    sentence-transformers' order: cut to their first `dims` values, scaled to unit length in place, then packed to
-    their signs for a binary `precision`."""
+    """Rows as encode and the embed command are asked for them, where each row alone decides, in
+    sentence-transformers' order: cut to their first `dims` values, scaled to unit length in place, then stored as
+    `precision` (`rows_in`; int8 and uint8 stay float here, as their steps need every row: `scaled_bytes`)."""
     if dims is not None and dims < rows.shape[1]:
         rows = rows[:, :dims].copy()
     if normalize:
         rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-    return signs(rows, precision) if precision.endswith("binary") else rows
+    return rows if precision.endswith("int8") else rows_in(rows, precision)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import functools
 import gc
 import glob
 import json
@@ -48,7 +49,7 @@ from paraphrastic.fileio import (
     open_input,
     parse_pair_lines,
 )
-from paraphrastic.precision import rows_in
+from paraphrastic.precision import rows_as
 from paraphrastic.static import model_path, use_torch_for
 from paraphrastic.workers import use_threads
 
@@ -283,10 +284,11 @@ class Parts:
 
     def __init__(self, model: str | None, out: str, batch_size: int = 8192, strict: bool = False,
                  score: bool = False, skip_bad: bool = False, text_column: str = "text", share: int = 0,
-                 dtype: str = "float32"):  # fmt: skip
+                 dtype: str = "float32", normalize: bool = False, truncate_dim: int | None = None):  # fmt: skip
         self.model, self.out = actor_model(model, share * (2 if score else 1)), Path(out)
         self.batch_size, self.strict, self.score, self.skip_bad = batch_size, strict, score, skip_bad
-        self.text_column, self.dtype = text_column, dtype
+        self.text_column = text_column
+        self.finish = functools.partial(rows_as, normalize=normalize, precision=dtype, dims=truncate_dim)
 
     def run_item(self, item: dict) -> dict:
         """One work item: its record (parts and their rows, bad and invalid lines), or its error (bad input,
@@ -317,7 +319,7 @@ class Parts:
     def vectors(self, file: str, first: int, lines: list[str]):
         import pyarrow as pa
 
-        vectors = rows_in(self.model.embed_here(lines, self.batch_size), self.dtype)
+        vectors = self.model.embed_here(lines, self.batch_size, finish=self.finish)
         column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
         return keyed(file, first, len(lines)).append_column("vector", column)
 

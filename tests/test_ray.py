@@ -76,6 +76,11 @@ def test_embedding_16_files_on_ray_equals_one_machine_on_their_concatenation(eng
     bits = engine.read_parts(tmp_path / "bits").column("vector").combine_chunks()
     packed = bits.flatten().to_numpy().reshape(len(bits), -1)  # each row's signs, as the local command packs them
     assert packed.dtype == np.uint8 and np.array_equal(packed, precision.signs(np.load(single)))
+    shape = ["--normalize", "--truncate-dim", "8", "--dtype", "float16", "--output-dir", str(tmp_path / "cut")]
+    assert embed_sentences.main([*map(str, args[:-1]), *shape]) == 0
+    cut = engine.read_parts(tmp_path / "cut").column("vector").combine_chunks()
+    local = precision.rows_as(np.load(single), normalize=True, precision="float16", dims=8)  # as the workers cut
+    assert np.array_equal(cut.flatten().to_numpy().reshape(len(cut), -1), local)
 
 
 def test_scoring_on_ray_equals_one_machine(engine, tiny_model_file, tmp_path):

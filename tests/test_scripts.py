@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, generated_sentences
 
-from paraphrastic import embed_sentences, score_sentence_pairs, static, train
+from paraphrastic import embed_sentences, precision, score_sentence_pairs, static, train
 from paraphrastic.models import load_model
 
 
@@ -31,7 +31,19 @@ def test_embed_cli_matches_api(tiny_model_file, tmp_path):
     for dtype in ("binary", "ubinary"):  # each row's signs, 8 a byte, as encode's precision gives them
         assert embed_sentences.main([*map(str, args), "--chunk-lines", "37", "--dtype", dtype, "--quiet"]) == 0
         np.testing.assert_array_equal(np.load(out), load_model(tiny_model_file).encode(sentences, precision=dtype))
+    for dtype in ("float16", "ubinary"):  # cut, then unit length, then stored, as encode makes them
+        extra = ["--chunk-lines", "37", "--dtype", dtype, "--normalize", "--truncate-dim", "12", "--quiet"]
+        assert embed_sentences.main([*map(str, args), *extra]) == 0
+        rows = load_model(tiny_model_file).encode(sentences, normalize_embeddings=True, truncate_dim=12)
+        want = rows.astype(np.float16) if dtype == "float16" else precision.signs(rows)
+        assert np.load(out).shape == (200, 12 if dtype == "float16" else 2)
+        np.testing.assert_array_equal(np.load(out), want)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.npy", "tiny.pt"]
+    too_wide = run_script("embed_sentences.py", *args, "--truncate-dim", "17")
+    assert (
+        too_wide.returncode == 2
+        and too_wide.stderr == "error: --truncate-dim 17 is more than the model's 16 values a row\n"
+    )
 
 
 def test_embed_keeps_one_row_per_line_on_messy_text(tiny_model_file, tmp_path):

@@ -63,6 +63,28 @@ def test_three_shards_concatenated_equal_the_unsharded_output(lines, dtype, tiny
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_cut_unit_rows_in_shards_concatenate_and_only_with_their_kind(tiny_model_file, tmp_path, capsys):
+    text = write_lines(tmp_path / "in.txt", 60)
+    shape = ("--normalize", "--truncate-dim", 8)
+    paths = embed_shards(text, tiny_model_file, tmp_path, 3, *shape)
+    assert (
+        embed("--sentence-file", text, "--load-file", tiny_model_file, "--output-file", tmp_path / "w.npy", *shape) == 0
+    )
+    assert embed("--concat", tmp_path / "joined.npy", *paths) == 0
+    joined = np.load(tmp_path / "joined.npy")
+    assert joined.shape == (60, 8) and np.allclose(np.linalg.norm(joined, axis=1), 1, atol=1e-6)
+    np.testing.assert_array_equal(joined, np.load(tmp_path / "w.npy"))
+    (tmp_path / "whole").mkdir()
+    whole = embed_shards(text, tiny_model_file, tmp_path / "whole", 3, "--truncate-dim", 8)
+    capsys.readouterr()
+    assert_refused(
+        capsys, [paths[0], whole[1], paths[2]], tmp_path / "x.npy", "does not match", "normalize False vs True"
+    )
+    with pytest.raises(SystemExit, match="2"):
+        embed_sentences.main(["--concat", str(tmp_path / "x.npy"), *map(str, paths), "--normalize"])
+    assert "--concat does not take --normalize" in capsys.readouterr().err
+
+
 def test_more_shards_than_lines_gives_empty_shards_that_still_concatenate(tiny_model_file, tmp_path):
     text = write_lines(tmp_path / "in.txt", 2)
     paths = embed_shards(text, tiny_model_file, tmp_path, 5)
