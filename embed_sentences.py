@@ -55,6 +55,7 @@ from paraphrastic.workers import Workers, use_threads, workers_for
 PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept from 0.2; not shards.SHARD_FORMAT)
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
 STREAM_ROWS = 10**20  # the rows a stream's header says until its end: the most its 21 padded digits hold
+UNSAID = {"normalize": False}  # what a shard record written before a key existed means by its absence
 DTYPES = ("float32", "float16", "binary", "ubinary")  # binary, ubinary: each row's signs, 8 a byte (precision.signs)
 
 
@@ -163,10 +164,10 @@ def embed_file(
         pool.start()  # the workers fork and warm up while the input is planned
         blocks, n = worker_blocks(sentence_file, chunk_lines, start, stop, workers)  # n: None for standard input
         stats: dict = {"rows": n, "invalid_utf8_lines": 0}
-        row = model.no_rows(finish)
-        check_room(output_file, (n or 0) * row.shape[1] * row.itemsize)
+        layout = model.no_rows(finish)  # the rows' width and type
+        check_room(output_file, (n or 0) * layout.shape[1] * layout.itemsize)
         with npy_output(output_file) as tmp, progress(n, " sent", quiet) as bar:
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=row.dtype, shape=(n or 0, row.shape[1]))
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=layout.dtype, shape=(n or 0, layout.shape[1]))
             del out  # the workers write the rows
             if n is None:
                 set_npy_rows(tmp, STREAM_ROWS)  # rows at any place, until the stream's end says how many
@@ -296,6 +297,11 @@ def read_shard(path: Path) -> tuple[dict, np.ndarray]:
     return rec, rows
 
 
+def said(record: dict, key: str):
+    """A shard record's `key`, or what a record written before that key existed means by its absence."""
+    return record.get(key, UNSAID.get(key))
+
+
 def is_count(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
@@ -308,9 +314,9 @@ def check_shards(paths: list[str | os.PathLike]) -> list[np.ndarray]:
     same = ("num_shards", "lines", "sentence_file", "sentence_file_bytes", "model_sha256", "dim", "dtype",
             "normalize", "truncate_dim")  # fmt: skip
     for i, (path, (rec, _)) in enumerate(zip(paths, shards, strict=True)):
-        differ = [key for key in same if rec.get(key) != first.get(key)]
+        differ = [key for key in same if said(rec, key) != said(first, key)]
         if differ:
-            what = ", ".join(f"{key} {rec.get(key)!r} vs {first.get(key)!r}" for key in differ)
+            what = ", ".join(f"{key} {said(rec, key)!r} vs {said(first, key)!r}" for key in differ)
             raise InputError(f"{path}: does not match {paths[0]} ({what}); shards must come from one run")
         if rec["shard"] != i:
             raise InputError(
