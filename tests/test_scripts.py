@@ -1,5 +1,7 @@
 """The embed and score scripts: outputs match the API, one row per input line, clear one-line errors."""
 
+import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -324,3 +326,24 @@ def test_an_output_folder_that_is_a_file_is_a_one_line_error(tmp_path, capsys):
     assert train.main(["--train-file", str(tmp_path / "pairs.tsv"), "--output-dir", str(taken)]) == 2
     assert capsys.readouterr().err == f"error: {taken}: is a file; --output-dir takes a folder\n"
     assert taken.read_text() == "mine\n"
+
+
+def test_the_shell_scripts_pass_only_options_their_commands_have(capsys):
+    """Every --option that scripts/ and preprocess/ give a console command (paraphrastic-X, or train.py) is one
+    that command's --help names: an option renamed in a command and not in its recipe fails here, not an hour
+    into a training run."""
+    modules = dict(re.findall(r'"(paraphrastic-\w+) = ([\w.]+):main"', (ROOT / "setup.py").read_text()))
+    modules["train.py"] = "paraphrastic.train"
+    given: dict[str, set[str]] = {}
+    for path in [*(ROOT / "scripts").glob("*.sh"), *(ROOT / "preprocess").rglob("*.sh"), ROOT / "run_example.sh"]:
+        for line in path.read_text().replace("\\\n", " ").splitlines():
+            for name, rest in re.findall(r"(paraphrastic-\w+|\btrain\.py)\b([^|;&>]*)", line):
+                given.setdefault(name, set()).update(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", rest))
+    assert {"paraphrastic-train", "paraphrastic-evaluate", "train.py"} <= given.keys()
+    unknown = []
+    for name, options in sorted(given.items()):
+        with pytest.raises(SystemExit):
+            importlib.import_module(modules[name]).main(["--help"])
+        known = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", capsys.readouterr().out))
+        unknown += [f"{name} {option}" for option in sorted(options - known)]
+    assert unknown == []
