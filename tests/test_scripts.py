@@ -328,18 +328,30 @@ def test_an_output_folder_that_is_a_file_is_a_one_line_error(tmp_path, capsys):
     assert taken.read_text() == "mine\n"
 
 
-def test_the_shell_scripts_pass_only_options_their_commands_have(capsys):
-    """Every --option that scripts/ and preprocess/ give a console command (paraphrastic-X, or train.py) is one
-    that command's --help names: an option renamed in a command and not in its recipe fails here, not an hour
-    into a training run."""
+def options_given(text: str) -> dict[str, set[str]]:
+    """The --options each console command (paraphrastic-X, or train.py) is given in shell text, line by line."""
+    given: dict[str, set[str]] = {}
+    for line in text.replace("\\\n", " ").splitlines():
+        for name, rest in re.findall(r"(paraphrastic-\w+|\btrain\.py)\b([^|;&>`]*)", line):
+            given.setdefault(name, set()).update(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", rest))
+    return given
+
+
+def test_the_recipes_and_docs_pass_only_options_their_commands_have(capsys):
+    """Every --option that the shell scripts, and the README's and docs' commands (code blocks and spans), give a
+    console command is one that command's --help names: an option renamed in a command and not in a recipe fails
+    here, not an hour into a training run."""
     modules = dict(re.findall(r'"(paraphrastic-\w+) = ([\w.]+):main"', (ROOT / "setup.py").read_text()))
     modules["train.py"] = "paraphrastic.train"
+    texts = [p.read_text() for p in [*(ROOT / "scripts").glob("*.sh"), *(ROOT / "preprocess").rglob("*.sh")]]
+    for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        texts += re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S) + re.findall(r"`([^`\n]+)`", doc.read_text())
     given: dict[str, set[str]] = {}
-    for path in [*(ROOT / "scripts").glob("*.sh"), *(ROOT / "preprocess").rglob("*.sh"), ROOT / "run_example.sh"]:
-        for line in path.read_text().replace("\\\n", " ").splitlines():
-            for name, rest in re.findall(r"(paraphrastic-\w+|\btrain\.py)\b([^|;&>]*)", line):
-                given.setdefault(name, set()).update(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", rest))
-    assert {"paraphrastic-train", "paraphrastic-evaluate", "train.py"} <= given.keys()
+    for found in map(options_given, texts):
+        for name, options in found.items():
+            if name in modules:  # not a format's name ("paraphrastic-sp")
+                given.setdefault(name, set()).update(options)
+    assert {"paraphrastic-train", "paraphrastic-evaluate", "paraphrastic-mine", "train.py"} <= given.keys()
     unknown = []
     for name, options in sorted(given.items()):
         with pytest.raises(SystemExit):
