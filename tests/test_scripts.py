@@ -359,3 +359,20 @@ def test_the_recipes_and_docs_pass_only_options_their_commands_have(capsys):
         known = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", capsys.readouterr().out))
         unknown += [f"{name} {option}" for option in sorted(options - known)]
     assert unknown == []
+
+
+def python_examples(doc: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+
+
+def test_the_readme_and_docs_python_examples_run(tmp_path):
+    """The README's Python example, and docs/usage.md's for sentence-transformers and model2vec (on a folder the
+    export command writes first, as the docs say), run as written."""
+    (readme,) = python_examples(ROOT / "README.md")
+    subprocess.run([sys.executable, "-c", readme], cwd=tmp_path, check=True, capture_output=True, timeout=120)
+    (other,) = python_examples(ROOT / "docs" / "usage.md")
+    for module in ("sentence_transformers", "model2vec"):
+        pytest.importorskip(module)
+    export = [sys.executable, "-m", "paraphrastic.interop", "--output-dir", "my-model"]
+    subprocess.run(export, cwd=tmp_path, check=True, capture_output=True, timeout=120)
+    subprocess.run([sys.executable, "-c", other], cwd=tmp_path, check=True, capture_output=True, timeout=120)
