@@ -486,7 +486,7 @@ class Encoding:
         since the cosine of their bytes means nothing."""
         if not is_vectors(x):
             return self.encode(x)
-        x = np.atleast_2d(np.asarray(x))
+        x = np.atleast_2d(x if isinstance(x, np.ndarray) else x.detach().cpu().numpy())  # a tensor on any device
         if x.dtype in (np.int8, np.uint8) and x.ndim == 2 and x.shape[1] != self.dim:
             raise ValueError(
                 f"rows of {x.shape[1]} bytes are packed signs (precision='binary'), whose cosine means nothing: "
