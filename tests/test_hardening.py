@@ -32,6 +32,7 @@ from paraphrastic import (
     embed_sentences,
     evaluate,
     fileio,
+    load_encoder,
     models,
     resume,
     run_setup,
@@ -424,7 +425,9 @@ def test_damaged_checkpoints_are_one_line_errors_naming_the_file(tiny_model_file
     assert_one_line_error(done, "truncated_50.bin: not a readable model file, truncated or corrupt")
 
 
-def test_structurally_wrong_checkpoints_are_refused(tiny_model, tmp_path):
+def test_structurally_wrong_checkpoints_are_refused(tiny_model, tmp_path, monkeypatch):
+    thread_errors = []
+    monkeypatch.setattr(threading, "excepthook", thread_errors.append)
     good = torch.load(_saved(tiny_model, tmp_path), weights_only=True)
     cases = {
         "no table": {k: v for k, v in good.items() if k != "embedding"},
@@ -451,6 +454,9 @@ def test_structurally_wrong_checkpoints_are_refused(tiny_model, tmp_path):
         with pytest.raises(models.ModelError, match=f"^{re.escape(str(path))}: ") as info:
             models.load_model(path, sp_model=sp)
         assert "\n" not in str(info.value), name
+        with pytest.raises(models.ModelError, match=f"^{re.escape(str(path))}: "):  # the torch-free reader, whose
+            load_encoder(path)  # thread scales an int8 table as the fields are checked
+        assert thread_errors == [], name  # its failure on unsound fields is silent: the one error line says it
 
 
 def _saved(model: models.SPModel, folder: Path) -> Path:
