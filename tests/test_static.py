@@ -11,7 +11,7 @@ import tracemalloc
 import numpy as np
 import pytest
 import torch
-from conftest import generated_sentences
+from conftest import ROOT, generated_sentences
 
 import paraphrastic
 from paraphrastic import checkpoint, models, static
@@ -87,6 +87,10 @@ def test_mean_rows_kernels_agree_bit_for_bit(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     assert static.mean_rows(table, flat, lengths).tobytes() == with_torch.tobytes()
     assert static.mean_rows(table, flat[:0], lengths[:0]).shape == (0, 300)
+    for bags in (1, 2, 3):  # under GATHER_PIECES pieces: numpy's sums of the gathered rows, scipy not needed
+        few = lengths[:bags]
+        assert few.sum() < static.GATHER_PIECES
+        assert static.mean_rows(table, flat[: few.sum()], few).tobytes() == with_torch[:bags].tobytes()
 
 
 def test_unknown_pieces_are_counted_from_ids_as_by_hand():
@@ -140,6 +144,27 @@ def test_score_counts_every_unknown_side_from_the_ids_it_embeds(tmp_path, monkey
         round(s, 6)
         for s in model.score_raw_text([("a man plays a guitar", "今天天气很好"), ("the kids swim", "children swim")])
     ]
+
+
+def test_a_small_job_pools_without_importing_scipy(tmp_path):
+    """The README's example, embedded and scored, and one sentence encoded, pool with numpy alone: scipy's import
+    would be a quarter of such a command's start-up."""
+    code = f"""
+import sys
+import paraphrastic
+from paraphrastic import embed_sentences, score_sentence_pairs
+assert embed_sentences.main(["--sentence-file", "{ROOT}/data/example-sentences.txt", "--output-file",
+                             "{tmp_path}/v.npy", "--quiet"]) == 0
+assert score_sentence_pairs.main(["--sentence-pair-file", "{ROOT}/data/example-sentences-pairs.txt", "--output-file",
+                                  "{tmp_path}/s.tsv", "--quiet"]) == 0
+model = paraphrastic.load_encoder()
+model.encode("A man is playing a guitar.")
+print(sorted(name for name in ("scipy.sparse", "torch") if name in sys.modules))
+model.warm_up()  # a worker's, as it starts: the kernel of a job's batches is loaded before its first job
+print(sorted(name for name in ("scipy.sparse", "torch") if name in sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout == "[]\n['scipy.sparse']\n"
 
 
 def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tiny_model_file, tmp_path):

@@ -181,7 +181,9 @@ def test_the_workers_start_warm_while_the_caller_plans(tiny_model_file, tmp_path
     encoder = paraphrastic.load_encoder(tiny_model_file)
     with Workers(encoder, 2) as pool:
         pool.start()
-        assert list(pool.map(texts_pooled, range(4))) == [1, 1, 1, 1]  # the warm-up's one text, in either worker
+        assert (
+            list(pool.map(texts_pooled, range(4))) == [static.GATHER_PIECES] * 4
+        )  # the warm-up's batch, in either worker
     seen = []
     plan = embed_sentences.worker_blocks
     monkeypatch.setattr(embed_sentences, "worker_blocks", lambda *a: seen.append(children(os.getpid())) or plan(*a))
