@@ -1,9 +1,10 @@
-"""Text to vectors without torch: the tokenizer and its training, the pooling, the embedding API, and our SP
-checkpoints read as a numpy table (`StaticModel`; `paraphrastic.load_encoder` picks it where it can).
+"""Text to vectors without torch: the tokenizer, the pooling, the embedding API, and our SP checkpoints read as a
+numpy table (`StaticModel`; `paraphrastic.load_encoder` picks it where it can).
 
-Importing torch takes about a second, twice the rest of a small job (paraphrastic-embed on the example's ten
-lines takes half a second without it, two with it). A StaticModel pools with scipy's sparse product until a process has pooled enough
-text to repay torch's import, then with torch's embedding_bag, about three times faster; both sum a bag's rows in
+Importing torch takes about a second, several times the rest of a small job (paraphrastic-embed on the example's ten
+lines takes a third of a second without it). A StaticModel pools with scipy's sparse product until a process has
+pooled enough text to repay torch's import, then with torch's embedding_bag, about three times faster; a small batch
+of a process's first texts is summed by numpy alone, sparing scipy's import too. All of them sum a bag's rows in
 order and divide by its length, so the vectors are the torch Model's bit for bit. models.py's torch `Model` shares
 the tokenizer and the API below; training, GPUs and the other encoders need it.
 """
