@@ -17,6 +17,7 @@ import gc
 import itertools
 import os
 import sys
+import time
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -41,8 +42,9 @@ MIN_BATCH = 1024  # texts tokenized and pooled at a time, at the least: the rows
 # batch of sentence-transformers' 32 pays a tokenizer call and a pooling call for every 32 texts (half the speed)
 SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
 UNKNOWN_SHARE = 0.01  # the share of mostly unknown lines from which a run warns that their scores mean little
-GATHER_PIECES = 256  # pieces below which a batch pools without scipy, whose import is 0.1 s of a small command's 0.4
-GATHER_TEXTS = 20_000  # texts a process pools so before the import has repaid itself, and scipy pools the rest
+GATHER_PIECES = 256  # pieces below which a batch may pool without scipy, whose import is 0.1 s of a small command's 0.4
+GATHER_SECONDS = 0.1  # the seconds a process may pool so (about the import's), and scipy pools from then on
+gathered_seconds = 0.0  # the seconds this process has pooled without scipy (gathered_means)
 TORCH_FROM = 2_000_000  # texts a process pools before torch's faster kernel has repaid its import (bench_pooling.py)
 AS_IS = functools.partial(rows_as, normalize=False, precision="float32")  # rows as embedded: no `finish`
 SP_FILE = "sentencepiece.model"  # an exported folder's copy of the sentencepiece model
@@ -182,29 +184,37 @@ def sp_rows(flat: np.ndarray, lengths: np.ndarray, piece_rows: np.ndarray | None
     return fill_empty(flat, lengths, unk_row)
 
 
-def mean_rows(table: np.ndarray, flat: np.ndarray, lengths: np.ndarray, gather: bool = True) -> np.ndarray:
+def mean_rows(table: np.ndarray, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The mean of each bag's rows of `table`, float32 (len(lengths), dim): the rows summed in order and divided
     by their count, as torch's embedding_bag computes it. With torch loaded its kernel runs; else scipy's sparse
-    product, or (with `gather`) for fewer than GATHER_PIECES pieces numpy's sums of the gathered rows, the same
-    bits without scipy's import, at about 5 us a text more."""
+    product, or for a batch of fewer than GATHER_PIECES pieces, numpy alone (`gathered_means`)."""
     torch = sys.modules.get("torch")
     if torch is not None:
         bags = torch.from_numpy(flat), torch.from_numpy(offsets_of(lengths))
         return torch.nn.functional.embedding_bag(bags[0], torch.from_numpy(table), bags[1], mode="mean").numpy()
     if not len(lengths):
         return np.zeros((0, table.shape[1]), np.float32)
-    if gather and len(flat) < GATHER_PIECES:  # each bag's k-th row added in turn: in order, as the kernels sum
-        starts = offsets_of(lengths)
-        sums = table[flat[starts]]
-        for k in range(1, int(lengths.max())):
-            longer = lengths > k
-            sums[longer] += table[flat[starts[longer] + k]]
-    else:
-        from scipy.sparse import csr_array
+    if len(flat) < GATHER_PIECES and gathered_seconds < GATHER_SECONDS:
+        return gathered_means(table, flat, lengths)
+    from scipy.sparse import csr_array
 
-        ends = np.concatenate([[0], np.cumsum(lengths)])
-        sums = csr_array((np.ones(len(flat), np.float32), flat, ends), shape=(len(lengths), len(table))) @ table
+    ends = np.concatenate([[0], np.cumsum(lengths)])
+    sums = csr_array((np.ones(len(flat), np.float32), flat, ends), shape=(len(lengths), len(table))) @ table
     sums /= lengths[:, None].astype(np.float32)
+    return sums
+
+
+def gathered_means(table: np.ndarray, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """mean_rows without scipy, whose import is a quarter of a small command: each bag's rows added in turn
+    (`accumulate` adds in order; + 0 gives a zero sum the sign that the kernels' sums from 0 give it), the same bits.
+    It is slower than scipy's product, so a process uses it until it has spent about the import's time on it."""
+    global gathered_seconds
+    began = time.perf_counter()
+    bags = zip(offsets_of(lengths), np.cumsum(lengths), strict=True)
+    sums = np.stack([np.add.accumulate(table[flat[start:end]], axis=0)[-1] for start, end in bags])
+    sums += np.float32(0)
+    sums /= lengths[:, None].astype(np.float32)
+    gathered_seconds += time.perf_counter() - began
     return sums
 
 
@@ -657,8 +667,7 @@ class StaticModel(Encoding):
         """The vectors of texts already tokenized by `token_ids`."""
         self.pooled += len(lengths)
         use_torch_for(self.pooled)  # a long stream (a Ray actor, many encode calls) switches to torch's kernel
-        rows = sp_rows(flat, lengths, self.piece_rows, self.unk_row)
-        return mean_rows(self.table, *rows, gather=self.pooled <= GATHER_TEXTS)
+        return mean_rows(self.table, *sp_rows(flat, lengths, self.piece_rows, self.unk_row))
 
 
 def model_path(path: str | os.PathLike | None) -> Path:

@@ -81,16 +81,19 @@ def test_loading_an_int8_model_builds_one_float_table():
 def test_mean_rows_kernels_agree_bit_for_bit(monkeypatch):
     rng = np.random.default_rng(0)
     table = rng.standard_normal((5000, 300)).astype(np.float32)
+    table[rng.random(table.shape) < 0.05] = -0.0  # a sum of zeros has the sign that the kernels' sums from 0 give it
     lengths = rng.integers(1, 80, 4000)
     flat = rng.integers(0, len(table), lengths.sum())
     with_torch = static.mean_rows(table, flat, lengths)
     monkeypatch.setitem(sys.modules, "torch", None)
-    assert static.mean_rows(table, flat, lengths).tobytes() == with_torch.tobytes()
+    assert static.mean_rows(table, flat, lengths).tobytes() == with_torch.tobytes()  # scipy's
     assert static.mean_rows(table, flat[:0], lengths[:0]).shape == (0, 300)
-    for bags in (1, 2, 3):  # under GATHER_PIECES pieces: numpy's sums of the gathered rows, scipy not needed
+    monkeypatch.setattr(static, "gathered_seconds", 0.0)
+    for bags in (1, 2, 3):  # under GATHER_PIECES pieces: numpy alone (gathered_means), no scipy needed
         few = lengths[:bags]
         assert few.sum() < static.GATHER_PIECES
         assert static.mean_rows(table, flat[: few.sum()], few).tobytes() == with_torch[:bags].tobytes()
+    assert 0 < static.gathered_seconds < static.GATHER_SECONDS  # what it spent: past GATHER_SECONDS, scipy pools
 
 
 def test_unknown_pieces_are_counted_from_ids_as_by_hand():
