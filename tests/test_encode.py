@@ -163,10 +163,8 @@ def test_sentence_transformers_encode_arguments(model, monkeypatch):
     with pytest.raises(ValueError, match="output_value 'token_embeddings': this model gives sentence embeddings"):
         model.encode(texts, output_value="token_embeddings")
     assert model.encode(texts, precision=None).dtype == np.float32  # sentence-transformers' evaluators give None
-    assert isinstance(model.similarity(rows[:3], rows), np.ndarray) and model.similarity(rows[0], rows).shape == (
-        1,
-        300,
-    )
+    assert isinstance(model.similarity(rows[:3], rows), np.ndarray)
+    assert model.similarity(rows[0], rows).shape == (1, 300)  # one vector: one row
     scores = model.similarity(torch.from_numpy(rows[:3]), rows)
     assert isinstance(scores, torch.Tensor) and np.array_equal(scores.numpy(), model.similarity(rows[:3], rows))
 
