@@ -36,7 +36,7 @@ import numpy as np
 
 from paraphrastic import knn, language, load_encoder, ray_engine
 from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
-from paraphrastic.embed_sentences import embed_file
+from paraphrastic.embed_sentences import check_truncate_dim, embed_file
 from paraphrastic.fileio import (
     InputError,
     atomic_output,
@@ -92,6 +92,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nlist", type=int, help="IVF lists (default: 4 x sqrt(sentences))")
     p.add_argument("--nprobe", type=int, default=16, help="IVF lists visited per query")
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="vectors on disk")
+    p.add_argument("--truncate-dim", type=at_least(1), metavar="K",
+                   help="search each sentence's first K values: an index K/dim the size, searched as much faster, "
+                   "at a cost docs/usage.md measures (default: all)")  # fmt: skip
     p.add_argument("--work-dir", help="where the vector files go (default: a temporary folder beside the output)")
     p.add_argument(
         "--batch-size",
@@ -155,7 +158,7 @@ def embed_side(model, path: Path, out: Path, distinct: bool, args: argparse.Name
     """Pick the lines a file contributes (bad text fails here, before any work), then embed it into `out`."""
     rows = mined_rows(path, distinct, args)
     embed_file(model, path, out, args.dtype, batch_size=args.batch_size, chunk_lines=args.chunk_lines,
-               strict=args.strict, quiet=args.quiet)  # fmt: skip
+               strict=args.strict, quiet=args.quiet, truncate_dim=args.truncate_dim)  # fmt: skip
     return Side(path, np.load(out, mmap_mode="r"), rows)
 
 
@@ -412,7 +415,7 @@ def mine_on_ray(args: argparse.Namespace, files: list[Path]) -> int:
                 folder, items = work / f"side-{i}", ray_engine.plan([path])
                 folder.mkdir()
                 ray_engine.run(items, folder, min(args.threads or cpus, cpus), model=args.load_file,
-                               batch_size=args.batch_size, strict=args.strict)  # fmt: skip
+                               batch_size=args.batch_size, strict=args.strict, truncate_dim=args.truncate_dim)  # fmt: skip
                 sides.append(Side(path, None, mined_rows(path, same, args)))
                 parts[path] = folder, items
 
@@ -443,11 +446,12 @@ def main(argv: list[str] | None = None) -> int:
         open_input(path)
     refuse_same_file(args.output_file, *files, model_path(args.load_file), args.sp_model)
     if args.engine == "ray":  # a bad model fails here, in one line, not in every task (read without torch)
-        load_encoder(args.load_file)
+        model = load_encoder(args.load_file)
     else:
         from paraphrastic.models import load_model  # here: --help and argument errors come before torch
 
         model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
+    check_truncate_dim(model, args.truncate_dim)
     if english_only(args.load_file):  # a side in German or French mines poor pairs without a word: say so
         for path in files:
             stats: dict = {}

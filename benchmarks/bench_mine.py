@@ -1,6 +1,6 @@
 """Mining throughput: embed + index + search for 1M English sentences (paraphrase mode of mine_bitext.py).
 
-    python benchmarks/bench_mine.py [--sentences 1000000] [--threads 2] [--nlist N] [--nprobe 16]
+    python benchmarks/bench_mine.py [--sentences 1000000] [--threads 2] [--nlist N] [--nprobe 16] [--truncate-dim K]
 
 The sentences are every distinct English sentence of ../shared/data (the list of benchmarks/common.py,
 516,983 lines) followed by sentences made by joining the first half of one of them to the second half of
@@ -80,6 +80,7 @@ def main() -> None:
     p.add_argument("--nlist", type=int)
     p.add_argument("--nprobe", type=int, default=16)
     p.add_argument("--index", default="auto", choices=["auto", "flat", "ivf"])
+    p.add_argument("--truncate-dim", type=int, help="mine each sentence's first K values (mine's --truncate-dim)")
     p.add_argument("--recall-sample", type=int, default=1000, help="queries checked against exact search (0: skip)")
     opts = p.parse_args()
     torch.set_num_threads(opts.threads)
@@ -95,6 +96,7 @@ def main() -> None:
             ["--paraphrase", str(path), "--output-file", f"{work}/out.tsv", "--index", opts.index,
              "--nprobe", str(opts.nprobe), "--threshold=-inf", "--quiet"]
             + (["--nlist", str(opts.nlist)] if opts.nlist else [])
+            + (["--truncate-dim", str(opts.truncate_dim)] if opts.truncate_dim else [])
         )  # fmt: skip
         clock = Clock()
         rows = mine_bitext.mined_rows(path, True, args)
@@ -107,6 +109,7 @@ def main() -> None:
             batch_size=args.batch_size,
             chunk_lines=args.chunk_lines,
             quiet=True,
+            truncate_dim=args.truncate_dim,
         )
         side = mine_bitext.Side(path, np.load(f"{work}/v.npy", mmap_mode="r"), rows)
         clock.lap("embed (float16 memmap)")
@@ -122,7 +125,8 @@ def main() -> None:
     total = sum(stages.values())
     kind = mine_bitext.index_kind(n, args)
     nlist = mine_bitext.ivf_lists(n, args)
-    print(f"index: {kind}" + (f", nlist {nlist}, nprobe {opts.nprobe}" if kind == "ivf" else "") + f", k {args.k}")
+    print(f"index: {kind}" + (f", nlist {nlist}, nprobe {opts.nprobe}" if kind == "ivf" else "") + f", k {args.k}, "
+          f"{side.vectors.shape[1]} values a sentence")  # fmt: skip
     for name, seconds in stages.items():
         print(f"  {name:<32} {seconds:8.1f} s")
     print(f"  {'total':<32} {total:8.1f} s")

@@ -181,6 +181,9 @@ def test_mining_recovers_planted_pairs(blind_model_file, tmp_path):
     by_cosine = mined(tmp_path, blind_model_file, "--threshold=-inf", "--criterion", "cosine")
     # cosine 1 for every planted pair and below 1 for any other: they are exactly the 200 best rows
     assert {(s, t) for _, s, t in by_cosine[:200]} == gold and float(by_cosine[199][0]) > float(by_cosine[200][0])
+    cut = mined(tmp_path, blind_model_file, "--threshold=-inf", "--criterion", "cosine", "--truncate-dim", "8")
+    assert {(s, t) for _, s, t in cut[:200]} == gold  # a pair's vectors are one vector: so are their first 8 values
+    assert [r[0] for r in cut[200:]] != [r[0] for r in by_cosine[200:]]  # the others' cosines are of 8 values now
     rows = mined(tmp_path, blind_model_file, "--threshold=-inf")
     assert all(len(r) == 3 for r in rows)
     scores = [float(r[0]) for r in rows]
@@ -264,6 +267,8 @@ def test_errors_are_one_line_and_name_the_file(tiny_model_file, tmp_path, monkey
     for done, expected in ((missing, "nope.txt: no such file"), (strict, "bad.txt:2: invalid UTF-8")):
         assert done.returncode == 2 and done.stderr.startswith("error: ") and expected in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+    wide = run_mine("--paraphrase", tmp_path / "ok.txt", *model, "--truncate-dim", "17")
+    assert wide.returncode == 2 and wide.stderr == "error: --truncate-dim 17 is more than the model's 16 values a row\n"
     monkeypatch.setattr(knn, "have_faiss", lambda: False)
     args = ["--source", tmp_path / "ok.txt", "--target", tmp_path / "ok.txt", *model, "--index", "ivf", "--quiet"]
     assert mine_bitext.main(list(map(str, args))) == 2

@@ -122,12 +122,18 @@ def test_paraphrase_mining_on_ray_equals_the_single_machine_miner(engine, tiny_m
     path = tmp_path / "en.txt"
     path.write_text("\n".join(generated_sentences(300, seed=13) * 2) + "\n\n")  # duplicates, a blank line
     outs = []
-    for engine in ("local", "ray"):
+    for engine, cut in (
+        ("local", []),
+        ("ray", []),
+        ("local", ["--truncate-dim", "8"]),
+        ("ray", ["--truncate-dim", "8"]),
+    ):
         out = tmp_path / f"{engine}.tsv"
-        args = ["--paraphrase", path, "--load-file", tiny_model_file, "--output-file", out, "--threshold=-inf"]
+        args = ["--paraphrase", path, "--load-file", tiny_model_file, "--output-file", out, "--threshold=-inf", *cut]
         assert mine_bitext.main([*map(str, args), "--quiet", "--threads", "1", "--engine", engine]) == 0
         outs.append(out.read_text())
     assert outs[0] == outs[1] and outs[0]
+    assert outs[2] == outs[3] and outs[2] != outs[0]  # the first 8 values searched, on Ray as on one machine
 
 
 class DyingParts(Parts):
