@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, generated_sentences
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import paraphrastic
 from paraphrastic import checkpoint, models, static
@@ -94,6 +96,24 @@ def test_mean_rows_kernels_agree_bit_for_bit(monkeypatch):
         assert few.sum() < static.GATHER_PIECES
         assert static.mean_rows(table, flat[: few.sum()], few).tobytes() == with_torch[:bags].tobytes()
     assert 0 < static.gathered_seconds < static.GATHER_SECONDS  # what it spent: past GATHER_SECONDS, scipy pools
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 300), st.lists(st.integers(1, 40), min_size=1, max_size=8))
+def test_numpy_sums_few_pieces_as_scipy_does(seed, dim, bags):
+    """gathered_means (no scipy) against scipy's product, bit for bit: any width, bag lengths and values, zeros of
+    both signs and values far apart in size among them."""
+    rng = np.random.default_rng(seed)
+    table = (rng.standard_normal((50, dim)) * 10.0 ** rng.integers(-6, 6, (50, 1))).astype(np.float32)
+    zeros = rng.random(table.shape) < 0.2
+    table[zeros] = np.where(rng.random(zeros.sum()) < 0.5, 0.0, -0.0)
+    lengths = np.array(bags)
+    flat = rng.integers(0, len(table), lengths.sum())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, "torch", None)
+        patch.setattr(static, "gathered_seconds", static.GATHER_SECONDS)  # spent: scipy pools
+        scipy_rows = static.mean_rows(table, flat, lengths)
+    assert static.gathered_means(table, flat, lengths).tobytes() == scipy_rows.tobytes()
 
 
 def test_unknown_pieces_are_counted_from_ids_as_by_hand():
