@@ -460,11 +460,17 @@ def read_parts(folder: str | os.PathLike, columns: list[str] | None = None):
     return table
 
 
-def embed_dataset(ds, model: str | None = None, column: str = "text", batch_size: int = 8192, workers: int = 1):
+def embed_dataset(ds, model: str | None = None, column: str = "text", batch_size: int = 8192, workers: int = 1,
+                  normalize_embeddings: bool = False, truncate_dim: int | None = None, precision: str = "float32"):  # fmt: skip
     """A Ray Dataset with a `vector` column added: the embedding of each row's `column`, computed by `workers`
-    actors that load the model once each (the Ray Data stage, for pipelines of one's own)."""
+    actors that load the model once each (the Ray Data stage, for pipelines of one's own). `normalize_embeddings`,
+    `truncate_dim` and `precision` (float32, binary or ubinary: each row decides alone) as encode makes them."""
+    if precision not in ("float32", "binary", "ubinary"):
+        raise ValueError(f"precision {precision!r}: the stage embeds batch by batch, so float32, binary or ubinary "
+                         "(int8 steps need every row: encode the vectors' column together with precision.scaled_bytes)")  # fmt: skip
+    finish = functools.partial(rows_as, normalize=normalize_embeddings, precision=precision, dims=truncate_dim)
     return ds.map_batches(
-        Batches, fn_constructor_kwargs={"model": model, "column": column}, batch_size=batch_size,
+        Batches, fn_constructor_kwargs={"model": model, "column": column, "finish": finish}, batch_size=batch_size,
         batch_format="numpy", compute=ray_module().data.ActorPoolStrategy(size=workers), num_cpus=1,
     )  # fmt: skip
 
@@ -472,11 +478,11 @@ def embed_dataset(ds, model: str | None = None, column: str = "text", batch_size
 class Batches:
     """A Ray actor for embed_dataset: the model, loaded once; a `vector` column for each batch."""
 
-    def __init__(self, model: str | None, column: str):
-        self.model, self.column = actor_model(model), column
+    def __init__(self, model: str | None, column: str, finish: Callable):
+        self.model, self.column, self.finish = actor_model(model), column, finish
 
     def __call__(self, batch: dict) -> dict:
-        batch["vector"] = self.model.embed_here([str(t) for t in batch[self.column]])
+        batch["vector"] = self.model.embed_here([str(t) for t in batch[self.column]], finish=self.finish)
         return batch
 
 

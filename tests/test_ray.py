@@ -209,6 +209,13 @@ def test_the_ray_data_stage_adds_a_vector_column(engine, tiny_model_file):
     want = models.load_model(tiny_model_file).embed_here(texts)
     got = {row["text"]: row["vector"] for row in rows}
     assert len(rows) == 500 and all(np.array_equal(got[t], w) for t, w in zip(texts, want, strict=True))
+    ds = ray_module.data.from_items([{"text": t} for t in texts])
+    cut = engine.embed_dataset(ds, str(tiny_model_file), normalize_embeddings=True, truncate_dim=8, precision="ubinary")
+    got = {row["text"]: row["vector"] for row in cut.take_all()}
+    want = precision.signs(want[:, :8])  # normalizing keeps the signs
+    assert all(np.array_equal(got[t], w) for t, w in zip(texts, want, strict=True)) and want.shape == (500, 1)
+    with pytest.raises(ValueError, match="precision 'int8': the stage embeds batch by batch"):
+        engine.embed_dataset(ds, str(tiny_model_file), precision="int8")
 
 
 def test_without_ray_the_engine_says_which_extra(monkeypatch, tmp_path, capsys):
