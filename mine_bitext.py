@@ -93,8 +93,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nprobe", type=int, default=16, help="IVF lists visited per query")
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="vectors on disk")
     p.add_argument("--truncate-dim", type=at_least(1), metavar="K",
-                   help="search each sentence's first K values: an index K/dim the size, searched as much faster, "
-                   "at a cost docs/usage.md measures (default: all)")  # fmt: skip
+                   help="search each sentence's first K values: the index K/dim of the size and the search about "
+                   "that much faster, at a cost docs/usage.md measures (default: all)")  # fmt: skip
     p.add_argument("--work-dir", help="where the vector files go (default: a temporary folder beside the output)")
     p.add_argument(
         "--batch-size",
