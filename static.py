@@ -564,7 +564,8 @@ def with_prompt(texts: Iterable[str], prompt: str) -> Iterable[str]:
 
 def check_st_arguments(model: Encoding, truncate_dim: int | None, output_value: str) -> None:
     """A ValueError for sentence-transformers' encode arguments that this model cannot honour, saying why."""
-    if truncate_dim is not None and not (isinstance(truncate_dim, int) and 0 < truncate_dim <= model.dim):
+    whole = isinstance(truncate_dim, int | np.integer) and not isinstance(truncate_dim, bool)
+    if truncate_dim is not None and not (whole and 0 < truncate_dim <= model.dim):
         raise ValueError(f"truncate_dim {truncate_dim!r} is not a count of values from 1 to the rows' {model.dim}")
     if output_value != "sentence_embedding":
         raise ValueError(f"output_value {output_value!r}: this model gives sentence embeddings only (the mean of its "

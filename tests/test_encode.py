@@ -140,6 +140,7 @@ def test_sentence_transformers_encode_arguments(model, monkeypatch):
     texts = list(stream(300))
     rows = model.encode(texts)
     assert np.array_equal(model.encode(texts, truncate_dim=64), rows[:, :64])
+    assert np.array_equal(model.encode(texts, truncate_dim=np.int64(64)), rows[:, :64])
     cut = rows[:, :64] / np.maximum(np.linalg.norm(rows[:, :64], axis=1, keepdims=True), 1e-12)
     assert np.array_equal(model.encode(iter(texts), truncate_dim=64, normalize_embeddings=True), cut)
     asked = model.encode(["query: " + text for text in texts])
@@ -157,7 +158,7 @@ def test_sentence_transformers_encode_arguments(model, monkeypatch):
     tensors = model.encode(texts[:2], convert_to_numpy=False)
     assert isinstance(tensors, list) and all(isinstance(t, torch.Tensor) for t in tensors)
     assert np.array_equal(torch.stack(tensors).numpy(), rows[:2])
-    for dims in (0, 257, 2.5):
+    for dims in (0, 257, 2.5, True):
         with pytest.raises(ValueError, match=f"truncate_dim {dims} is not a count of values from 1 to the rows' 256"):
             model.encode(texts, truncate_dim=dims)
     with pytest.raises(ValueError, match="output_value 'token_embeddings': this model gives sentence embeddings"):
