@@ -597,13 +597,23 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+class QuietBar:
+    """progress's bar under --quiet: it shows nothing, and spares a small command tqdm's import (12 ms of 0.3 s)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+
 @contextlib.contextmanager
 def progress(total: int | None, unit: str, quiet: bool = False, **options) -> Iterator:
     """A tqdm bar on stderr that shows after half a second (a quick error comes alone) and is cleared when an error
     ends the block, so that the error line is the last thing printed."""
+    if quiet:
+        yield QuietBar()
+        return
     from tqdm import tqdm
 
-    bar = tqdm(total=total, unit=unit, disable=quiet, file=sys.stderr, delay=0.5, **options)
+    bar = tqdm(total=total, unit=unit, file=sys.stderr, delay=0.5, **options)
     try:
         yield bar
     except BaseException:

@@ -170,8 +170,8 @@ def test_score_counts_every_unknown_side_from_the_ids_it_embeds(tmp_path, monkey
 
 
 def test_a_small_job_pools_without_importing_scipy(tmp_path):
-    """The README's example, embedded and scored, and one sentence encoded, pool with numpy alone: scipy's import
-    would be a quarter of such a command's start-up."""
+    """The README's example, embedded and scored (--quiet), and one sentence encoded, pool with numpy alone and show
+    no bar: scipy's import would be a quarter of such a command's start-up, tqdm's a twentieth."""
     code = f"""
 import sys
 import paraphrastic
@@ -182,9 +182,9 @@ assert score_sentence_pairs.main(["--sentence-pair-file", "{ROOT}/data/example-s
                                   "{tmp_path}/s.tsv", "--quiet"]) == 0
 model = paraphrastic.load_encoder()
 model.encode("A man is playing a guitar.")
-print(sorted(name for name in ("scipy.sparse", "torch") if name in sys.modules))
+print(sorted(name for name in ("scipy.sparse", "torch", "tqdm") if name in sys.modules))
 model.warm_up()  # a worker's, as it starts: the kernel of a job's batches is loaded before its first job
-print(sorted(name for name in ("scipy.sparse", "torch") if name in sys.modules))
+print(sorted(name for name in ("scipy.sparse", "torch", "tqdm") if name in sys.modules))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout == "[]\n['scipy.sparse']\n"
