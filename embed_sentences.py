@@ -48,7 +48,7 @@ from paraphrastic.fileio import (
     set_npy_rows,
     write_npy_rows,
 )
-from paraphrastic.precision import row_layout, rows_as
+from paraphrastic.precision import check_truncate_dim, row_layout, rows_as
 from paraphrastic.static import model_path, text_notes, use_torch_for
 from paraphrastic.workers import Workers, use_threads, workers_for
 
@@ -380,19 +380,12 @@ def concat_shards(paths: list[str | os.PathLike], output_file: str | os.PathLike
     return rows
 
 
-def check_truncate_dim(model, truncate_dim: int | None) -> None:
-    if truncate_dim is not None and truncate_dim > model.dim:
-        raise InputError(f"--truncate-dim {truncate_dim} is more than the model's {model.dim} values a row")
-
-
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.engine == "ray":
         shape = {"normalize": args.normalize} if args.normalize else {}  # a run's options as before, unless asked
-        if args.truncate_dim:
-            check_truncate_dim(load_encoder(args.load_file), args.truncate_dim)
-            shape["truncate_dim"] = args.truncate_dim
+        shape |= {"truncate_dim": args.truncate_dim} if args.truncate_dim else {}
         return ray_engine.main_files(args, "embed", text_column=args.text_column, dtype=args.dtype, **shape)
     if args.concat:
         out, *paths = args.concat
@@ -406,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     open_input(source, stream=args.sentence_file == "-")
     refuse_same_file(args.output_file, source, model_path(args.load_file), args.sp_model)
     model = load_encoder(args.load_file, sp_model=args.sp_model, device=args.device)
-    check_truncate_dim(model, args.truncate_dim)
+    check_truncate_dim(model.dim, args.truncate_dim)
     gc.freeze()  # the modules and the model live to the end: the collections of a long run skip them
     remove_stale_temps(args.output_file)  # left by a killed run
     if args.shard is not None:

@@ -36,7 +36,7 @@ import numpy as np
 
 from paraphrastic import knn, language, load_encoder, ray_engine
 from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
-from paraphrastic.embed_sentences import check_truncate_dim, embed_file
+from paraphrastic.embed_sentences import embed_file
 from paraphrastic.fileio import (
     InputError,
     atomic_output,
@@ -46,6 +46,7 @@ from paraphrastic.fileio import (
     scratch_folder,
 )
 from paraphrastic.language import foreign_warning
+from paraphrastic.precision import check_truncate_dim
 from paraphrastic.static import english_only, model_path
 from paraphrastic.workers import use_threads
 
@@ -451,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         from paraphrastic.models import load_model  # here: --help and argument errors come before torch
 
         model = load_model(args.load_file, sp_model=args.sp_model, device=args.device)
-    check_truncate_dim(model, args.truncate_dim)
+    check_truncate_dim(model.dim, args.truncate_dim)
     if english_only(args.load_file):  # a side in German or French mines poor pairs without a word: say so
         for path in files:
             stats: dict = {}

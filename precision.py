@@ -8,6 +8,8 @@ import warnings
 
 import numpy as np
 
+from paraphrastic.fileio import InputError
+
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")  # encode's `precision`, by sentence-transformers' names
 BLOCK_ROWS = 65_536  # rows quantized at a time: the temporaries stay a few MB whatever the output
 
@@ -56,6 +58,12 @@ def row_layout(dim: int, dtype: str) -> tuple[int, str]:
 def rows_in(rows: np.ndarray, dtype: str) -> np.ndarray:
     """Float rows stored as `dtype` (see row_layout)."""
     return signs(rows, dtype) if dtype.endswith("binary") else rows.astype(dtype, copy=False)
+
+
+def check_truncate_dim(dim: int, truncate_dim: int | None) -> None:
+    """--truncate-dim K of a command, against the `dim` values of its model's rows: one error line past them."""
+    if truncate_dim is not None and truncate_dim > dim:
+        raise InputError(f"--truncate-dim {truncate_dim} is more than the model's {dim} values a row")
 
 
 def rows_as(rows: np.ndarray, normalize: bool, precision: str, dims: int | None = None) -> np.ndarray:

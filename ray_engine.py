@@ -49,7 +49,7 @@ from paraphrastic.fileio import (
     open_input,
     parse_pair_lines,
 )
-from paraphrastic.precision import rows_as
+from paraphrastic.precision import check_truncate_dim, rows_as
 from paraphrastic.static import model_path, use_torch_for
 from paraphrastic.workers import use_threads
 
@@ -565,7 +565,8 @@ def main_files(args, kind: str, **parts) -> int:
     items not yet committed on the actors, publish. `kind` is embed or score; `parts`: what Parts takes beyond
     the model (score=True to score)."""
     files = input_files(args.input, parts.get("text_column") if kind == "embed" else None)
-    load_encoder(args.load_file)  # a bad model fails here, in one line, not in every actor
+    model = load_encoder(args.load_file)  # a bad model fails here, in one line, not in every actor
+    check_truncate_dim(model.dim, parts.get("truncate_dim"))
     ray_module(local=not args.address)
     out = Path(args.output_dir)
     for f in files:

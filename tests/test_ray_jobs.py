@@ -162,6 +162,9 @@ def test_options_the_engine_would_not_follow_are_one_usage_error(tmp_path, capsy
         why = "its actors read our model files, on their CPUs, and write Parquet parts to --output-dir"
         assert stop.value.code == 2, err
         assert err[-1].endswith(f"error: --engine ray does not take {named} ({why}): leave them out"), err
+    for main, args in ((embed_sentences.main, ray), (mine_bitext.main, mine)):  # checked on the model it loads
+        assert main([*args, "--truncate-dim", "300"]) == 2
+        assert capsys.readouterr().err == "error: --truncate-dim 300 is more than the model's 256 values a row\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
 
 
