@@ -493,14 +493,26 @@ class Encoding:
         """Cosine of every row of `a` with every row of `b`, (len(a), len(b)), as sentence-transformers'
         `similarity`: each side is a list of sentences or vectors from `encode` (one vector: one row); a torch
         tensor where a side is one, else numpy's array."""
-        return as_given(unit_rows(self.vectors_of(a)) @ unit_rows(self.vectors_of(b)).T, a, b)
+        x, y = self.sides_of(a, b)
+        return as_given(unit_rows(x) @ unit_rows(y).T, a, b)
 
     def similarity_pairwise(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> np.ndarray:
         """Cosine of row i of `a` with row i of `b`, (len(a),), as sentence-transformers' `similarity_pairwise`."""
-        x, y = map(self.vectors_of, (a, b))
+        x, y = self.sides_of(a, b)
         if x.shape != y.shape:
             raise ValueError(f"similarity_pairwise takes two sides of one shape, not {x.shape} and {y.shape}")
         return as_given(np.einsum("ij,ij->i", unit_rows(x), unit_rows(y)), a, b)
+
+    def sides_of(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The two sides of `similarity` as vectors of one length: rows cut by `truncate_dim` meet rows of their
+        own length, never a ValueError from deep inside numpy's product."""
+        x, y = map(self.vectors_of, (a, b))
+        if x.shape[-1] != y.shape[-1]:
+            raise ValueError(
+                f"the two sides have vectors of {x.shape[-1]} and {y.shape[-1]} values: give both sides the same "
+                f"truncate_dim (texts given as a side are encoded whole: {self.dim} values)"
+            )
+        return x, y
 
     def vectors_of(self, x: Sequence[str] | np.ndarray) -> np.ndarray:
         """A side of `similarity`: its vectors as given, or encoded; packed signs (precision="binary") are refused,
@@ -511,7 +523,8 @@ class Encoding:
         if x.dtype in (np.int8, np.uint8) and x.ndim == 2 and x.shape[1] != self.dim:
             raise ValueError(
                 f"rows of {x.shape[1]} bytes are packed signs (precision='binary'), whose cosine means nothing: "
-                "compare them by the share of their bits that agree (docs/usage.md, 'Smaller vectors')"
+                "compare them by the share of their bits that agree (docs/usage.md, 'Smaller vectors'); int8 rows "
+                "cut by truncate_dim are read as values once given as float32 (rows.astype(np.float32))"
             )
         return x
 

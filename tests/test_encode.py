@@ -132,6 +132,18 @@ def test_precision_and_device_errors_say_what_to_do(model):
         ValueError, match="rows of 32 bytes are packed signs .* compare them by the share of their bits"
     ):
         model.similarity(model.encode(texts, precision="binary"), texts)
+    cut = model.encode(texts, precision="int8", truncate_dim=100)
+    with pytest.raises(ValueError, match=r"int8 rows cut by truncate_dim .*\(rows\.astype\(np\.float32\)\)"):
+        model.similarity(cut, cut)
+    cut = cut.astype(np.float32)
+    assert np.allclose(np.diag(model.similarity(cut, cut)), 1, atol=1e-6)  # read as values
+    for side in (texts, model.encode(texts, truncate_dim=64)):  # a side of other lengths: what to do, not numpy's
+        with pytest.raises(
+            ValueError, match="vectors of 100 and (256|64) values: give both sides the same truncate_dim"
+        ):
+            model.similarity(cut, side)
+        with pytest.raises(ValueError, match="vectors of 100 and (256|64) values"):
+            model.similarity_pairwise(cut, side)
 
 
 def test_sentence_transformers_encode_arguments(model, monkeypatch):
