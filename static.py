@@ -243,6 +243,8 @@ class EvaluationRecord(list):
     """The figures of sentence-transformers' evaluators run on a model (`evaluator(model)` ends by handing them to
     the model's `model_card_data`): one (evaluator's class name, metrics, epoch, step) a call, in order."""
 
+    base_model = None  # the model this one was fine-tuned from, for sentence-transformers' caches: none named
+
     def set_evaluation_metrics(self, evaluator, metrics: dict, epoch: int = 0, step: int = 0) -> None:
         self.append((type(evaluator).__name__, dict(metrics), epoch, step))
 
@@ -536,6 +538,19 @@ class Encoding:
     def get_sentence_embedding_dimension(self) -> int:
         """The vectors' length, by sentence-transformers' name for it (`dim`)."""
         return self.dim
+
+    @property
+    def max_seq_length(self) -> float:
+        """The longest text read whole, by sentence-transformers' name: no limit (inf, as its static embeddings
+        say), since a vector is the mean over all of a text's pieces."""
+        return float("inf")
+
+    @max_seq_length.setter
+    def max_seq_length(self, value) -> None:
+        raise AttributeError(
+            f"max_seq_length cannot be set to {value!r}: this model reads every piece of a text (a vector is their "
+            "mean), so there is nothing to cut; cut the texts themselves to cut what is read"
+        )
 
     # sentence-transformers' names for the two sides of a search: this model embeds queries and documents alike
     encode_query = encode_document = encode

@@ -206,6 +206,10 @@ def test_sentence_transformers_utilities_and_evaluators_take_the_model(model):
         ("EmbeddingSimilarityEvaluator", -1),
         ("InformationRetrievalEvaluator", -1),
     ]
+    assert model.model_card_data.base_model is None  # read by sentence-transformers' mine_hard_negatives cache
+    assert model.max_seq_length == float("inf")  # as its static embeddings: every piece is read
+    with pytest.raises(AttributeError, match="max_seq_length cannot be set to 128: this model reads every piece"):
+        model.max_seq_length = 128
 
 
 def test_sentence_transformers_pool_calls(model):
