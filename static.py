@@ -506,8 +506,8 @@ class Encoding:
         return as_given(np.einsum("ij,ij->i", unit_rows(x), unit_rows(y)), a, b)
 
     def sides_of(self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The two sides of `similarity` as vectors of one length: rows cut by `truncate_dim` meet rows of their
-        own length, never a ValueError from deep inside numpy's product."""
+        """The two sides of `similarity` as vectors of one length; a side cut by `truncate_dim` against a whole one
+        is a ValueError that says what to do, not numpy's."""
         x, y = map(self.vectors_of, (a, b))
         if x.shape[-1] != y.shape[-1]:
             raise ValueError(
