@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from paraphrastic.fileio import ModelError
-from paraphrastic.static import StaticModel, Tokenizer
+from paraphrastic.pieces import Tokenizer
+from paraphrastic.static import StaticModel
 
 FORMAT = "paraphrastic-sp"
 FORMAT_VERSION = 1

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from paraphrastic.fileio import ModelError
-from paraphrastic.static import cased
+from paraphrastic.pieces import cased
 
 POOLINGS = ("mean", "lstm", "blstm", "gran")
 COMBINE = ("add", "concat")

@@ -74,6 +74,12 @@ class ModelError(Error):
     """A model file that cannot be used: missing, corrupt, foreign or unsafe."""
 
 
+def first_sentence(error: Exception) -> str:
+    """The first sentence of an exception's message (its type's name where it has none), for a one-line error."""
+    text = str(error).strip().splitlines()[0].strip() if str(error).strip() else type(error).__name__
+    return text.split(". ")[0].rstrip(".")
+
+
 def open_binary(path: Path) -> BinaryIO:
     """Binary reader for a plain or gzip-compressed (.gz) file."""
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")

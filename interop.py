@@ -25,7 +25,8 @@ import numpy as np
 from paraphrastic import load_encoder
 from paraphrastic.cli import cli_parser, run_cli
 from paraphrastic.fileio import ModelError, atomic_output, install_hint, make_folder
-from paraphrastic.static import CHECKED, SP_FILE, StaticModel, Tokenizer
+from paraphrastic.pieces import Tokenizer
+from paraphrastic.static import CHECKED, SP_FILE, StaticModel
 
 if TYPE_CHECKING:
     import tokenizers

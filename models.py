@@ -46,18 +46,9 @@ from paraphrastic.encoders import (
     recurrent_layer,
     recurrent_pool,
 )
-from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output, install_hint
-from paraphrastic.static import (
-    CHECKED,
-    SP_FILE,
-    Encoding,
-    Tokenizer,
-    existing_model,
-    fill_empty,
-    first_sentence,
-    offsets_of,
-    sp_rows,
-)
+from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output, first_sentence, install_hint
+from paraphrastic.pieces import Tokenizer, fill_empty, offsets_of
+from paraphrastic.static import CHECKED, SP_FILE, Encoding, existing_model, sp_rows
 
 PRECISIONS = ("float32", "float16", "int8")
 TRAIN_STATE = "paraphrastic-train-state"  # the format of train.py's resume.pt

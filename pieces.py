@@ -1,18 +1,122 @@
-"""Training the sentencepiece model that a new SP model tokenizes with: a unigram model of the training text, every
-ASCII letter, digit and mark it holds kept as a piece, and optionally English folding (accents and typography
-dropped) written into the model as normalization rules, so that the folding travels inside the model file."""
+"""sentencepiece, both ways: text into piece ids (`Tokenizer`: the model's lowercasing, then sentencepiece, a long
+text in pieces cut at spaces, the ids flat with each text's length), and training the sentencepiece model that a new
+SP model tokenizes with: a unigram model of the training text, every ASCII letter, digit and mark it holds kept as a
+piece, and optionally English folding (accents and typography dropped) written into the model as normalization
+rules, so that the folding travels inside the model file."""
 
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import string
 import sys
 import tempfile
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
+
+from paraphrastic.fileio import ModelError, first_sentence
+
+SP_BATCH = 64  # texts from which sentencepiece's call on a list (a pool of threads) beats one call a text
+SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
+
+
+def cased(texts: Sequence[str], lowercase: bool) -> list[str]:
+    """The texts lowercased when the model lowercases, as a list (every tokenizer, SP's included)."""
+    return list(map(str.lower, texts)) if lowercase else list(texts)
+
+
+class Tokenizer:
+    """Sentencepiece plus the model's lowercasing; turns a batch of texts into flat ids + offsets."""
+
+    kind = "sp"
+
+    def __init__(self, sp_model: bytes, lowercase: bool, source: str | os.PathLike | None = None):
+        self.sp_model = sp_model
+        self.lowercase = lowercase
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            self.sp.LoadFromSerializedProto(sp_model)
+        except (RuntimeError, OSError, TypeError) as e:
+            where = f"{source}: " if source is not None else ""
+            reason = first_sentence(e).removeprefix("INTERNAL: ")
+            reason = "it does not parse" if "ParseFromArray" in reason else reason
+            raise ModelError(f"{where}not a valid sentencepiece model, truncated or corrupt ({reason})") from None
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    @property
+    def unk_id(self) -> int:
+        return self.sp.unk_id()
+
+    def encode(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
+        """Piece ids of each text (lowercased first when the model was trained lowercased). sentencepiece's call on
+        a list starts a pool of threads (70 us), so fewer than SP_BATCH texts are tokenized one call a text."""
+        texts = cased(texts, self.lowercase)
+        if len(texts) < SP_BATCH:
+            return [self.sp.encode(text) for text in texts]
+        return self.sp.encode(texts, num_threads=num_threads)
+
+    def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids, per-text lengths) of a batch; a text longer than SEGMENT_CHARS is tokenized in pieces cut at
+        spaces, so that the memory it takes follows SEGMENT_CHARS, not its length."""
+        if max(map(len, texts), default=0) <= SEGMENT_CHARS:
+            return flatten(self.encode(texts, num_threads))
+        flats, lengths = [], []
+        for long, group in itertools.groupby(texts, key=lambda text: len(text) > SEGMENT_CHARS):
+            if not long:
+                flat, lens = flatten(self.encode(list(group), num_threads))
+                flats.append(flat)
+                lengths.append(lens)
+                continue
+            for text in group:
+                flats.append(np.concatenate([flatten(self.encode([piece]))[0] for piece in segments(text)]))
+                lengths.append([len(flats[-1])])
+        return np.concatenate(flats), np.concatenate(lengths).astype(np.int64)
+
+
+def segments(text: str, size: int = SEGMENT_CHARS) -> list[str]:
+    """`text` cut into pieces of at most `size` characters, each cut at the last space of its second half where
+    there is one. Sentencepiece starts a piece at every space, so the pieces tokenize as the whole text does (but
+    for rare ties of equal score, which a long text's summed scores break either way)."""
+    out, start = [], 0
+    while start < len(text):
+        stop = min(len(text), start + size)
+        if stop < len(text):
+            space = text.rfind(" ", start + size // 2, stop)
+            stop = space if space > start else stop
+        out.append(text[start:stop])
+        start = stop
+    return out
+
+
+def flatten(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate per-text id lists into (flat ids, per-text lengths), both int64."""
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+    return flat, lengths
+
+
+def offsets_of(lengths: np.ndarray) -> np.ndarray:
+    """Start offset of each bag from its length."""
+    offsets = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    return offsets
+
+
+def fill_empty(flat: np.ndarray, lengths: np.ndarray, unk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Give every empty bag the single id `unk`, so that no sentence pools over nothing."""
+    empty = np.flatnonzero(lengths == 0)
+    if len(empty):
+        flat = np.insert(flat, offsets_of(lengths)[empty], unk)
+        lengths = lengths.copy()
+        lengths[empty] = 1
+    return flat, lengths
 
 
 def ascii_marks_in(text_file: str | os.PathLike, folding: bool = False) -> str:

@@ -21,14 +21,13 @@ from paraphrastic.fileio import InputError, atomic_output, open_input, remove_st
 from paraphrastic.models import (
     Model,
     SPModel,
-    Tokenizer,
     from_checkpoint,
     load_model,
     read_sp_model,
     resolve_device,
 )
 from paraphrastic.pairs import ShardSet, iter_pairs, shard_paths, tokenize_pairs
-from paraphrastic.pieces import train_sentencepiece
+from paraphrastic.pieces import Tokenizer, train_sentencepiece
 from paraphrastic.resume import check_inputs_unchanged, check_resume_args, load_resume_state
 from paraphrastic.train_config import OUTPUTS, SP_INPUT, Config, make_config, model_parts
 from paraphrastic.workers import use_threads

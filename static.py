@@ -1,5 +1,5 @@
-"""Text to vectors without torch: the tokenizer, the pooling, the embedding API, and our SP checkpoints read as a
-numpy table (`StaticModel`; `paraphrastic.load_encoder` picks it where it can).
+"""Text to vectors without torch: the pooling, the embedding API, and our SP checkpoints read as a numpy table
+(`StaticModel`; `paraphrastic.load_encoder` picks it where it can). The piece ids come from `pieces.Tokenizer`.
 
 Importing torch takes about a second, several times the rest of a small job (paraphrastic-embed on the example's ten
 lines takes a third of a second without it). A StaticModel pools with scipy's sparse product until a process has
@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import itertools
 import os
 import sys
 import time
@@ -23,11 +22,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import sentencepiece as spm
 
 from paraphrastic import language, workers
 from paraphrastic.blocks import TAIL_SPLIT
 from paraphrastic.fileio import JOB_BYTES, NOT_REGULAR, ModelError, invalid_utf8_note
+from paraphrastic.pieces import Tokenizer, fill_empty, offsets_of
 from paraphrastic.precision import PRECISIONS, rows_as, scaled_bytes
 from paraphrastic.workers import PlacedRows, Workers
 
@@ -37,10 +36,8 @@ PARALLEL_MIN = 20_000  # texts from which embed_raw_text starts worker processes
 STREAM_TEXTS = 131_072  # texts of an iterable encode reads at once (and at most STREAM_CHARS characters)
 STREAM_CHARS = 32 << 20
 JOB_TEXTS = 8192  # texts in one worker's job (and at most JOB_BYTES characters)
-SP_BATCH = 64  # texts from which sentencepiece's call on a list (a pool of threads) beats one call a text
 MIN_BATCH = 1024  # texts tokenized and pooled at a time, at the least: the rows are the same for any batch, and a
 # batch of sentence-transformers' 32 pays a tokenizer call and a pooling call for every 32 texts (half the speed)
-SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
 UNKNOWN_SHARE = 0.01  # the share of mostly unknown lines from which a run warns that their scores mean little
 GATHER_PIECES = 256  # pieces below which a batch may pool without scipy, whose import is 0.1 s of a small command's 0.4
 GATHER_SECONDS = 0.1  # the seconds a process may pool so (about the import's), and scipy pools from then on
@@ -52,76 +49,6 @@ CHECKED = ("model.safetensors", "tokenizer.json", SP_FILE)  # the files whose ch
 ENGLISH_ONLY = (
     "the shipped English model reads English only: for other languages and translations use --load-file multilingual"
 )
-
-
-def cased(texts: Sequence[str], lowercase: bool) -> list[str]:
-    """The texts lowercased when the model lowercases, as a list (every tokenizer, SP's included)."""
-    return list(map(str.lower, texts)) if lowercase else list(texts)
-
-
-class Tokenizer:
-    """Sentencepiece plus the model's lowercasing; turns a batch of texts into flat ids + offsets."""
-
-    kind = "sp"
-
-    def __init__(self, sp_model: bytes, lowercase: bool, source: str | os.PathLike | None = None):
-        self.sp_model = sp_model
-        self.lowercase = lowercase
-        self.sp = spm.SentencePieceProcessor()
-        try:
-            self.sp.LoadFromSerializedProto(sp_model)
-        except (RuntimeError, OSError, TypeError) as e:
-            where = f"{source}: " if source is not None else ""
-            reason = first_sentence(e).removeprefix("INTERNAL: ")
-            reason = "it does not parse" if "ParseFromArray" in reason else reason
-            raise ModelError(f"{where}not a valid sentencepiece model, truncated or corrupt ({reason})") from None
-
-    def __len__(self) -> int:
-        return self.sp.get_piece_size()
-
-    @property
-    def unk_id(self) -> int:
-        return self.sp.unk_id()
-
-    def encode(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
-        """Piece ids of each text (lowercased first when the model was trained lowercased). sentencepiece's call on
-        a list starts a pool of threads (70 us), so fewer than SP_BATCH texts are tokenized one call a text."""
-        texts = cased(texts, self.lowercase)
-        if len(texts) < SP_BATCH:
-            return [self.sp.encode(text) for text in texts]
-        return self.sp.encode(texts, num_threads=num_threads)
-
-    def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """(flat ids, per-text lengths) of a batch; a text longer than SEGMENT_CHARS is tokenized in pieces cut at
-        spaces, so that the memory it takes follows SEGMENT_CHARS, not its length."""
-        if max(map(len, texts), default=0) <= SEGMENT_CHARS:
-            return flatten(self.encode(texts, num_threads))
-        flats, lengths = [], []
-        for long, group in itertools.groupby(texts, key=lambda text: len(text) > SEGMENT_CHARS):
-            if not long:
-                flat, lens = flatten(self.encode(list(group), num_threads))
-                flats.append(flat)
-                lengths.append(lens)
-                continue
-            for text in group:
-                flats.append(np.concatenate([flatten(self.encode([piece]))[0] for piece in segments(text)]))
-                lengths.append([len(flats[-1])])
-        return np.concatenate(flats), np.concatenate(lengths).astype(np.int64)
-
-
-def segments(text: str, size: int = SEGMENT_CHARS) -> list[str]:
-    """`text` cut into pieces of at most `size` characters, each cut at the last space of its second half where
-    there is one. Sentencepiece starts a piece at every space, so the pieces tokenize as the whole text does (but
-    for rare ties of equal score, which a long text's summed scores break either way)."""
-    out, start = [], 0
-    while start < len(text):
-        stop = min(len(text), start + size)
-        if stop < len(text):
-            space = text.rfind(" ", start + size // 2, stop)
-            stop = space if space > start else stop
-        out.append(text[start:stop])
-        start = stop
-    return out
 
 
 def text_slices(texts: Sequence[str], most: int, chars: int | None = None) -> list[slice]:
@@ -146,30 +73,6 @@ def count_cuts(n: int, most: int, workers: int) -> list[slice]:
         fine, start = max(1, most // TAIL_SPLIT), cuts[-workers].start
         cuts[-workers:] = [slice(i, min(i + fine, n)) for i in range(start, n, fine)]
     return cuts
-
-
-def flatten(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate per-text id lists into (flat ids, per-text lengths), both int64."""
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
-    return flat, lengths
-
-
-def offsets_of(lengths: np.ndarray) -> np.ndarray:
-    """Start offset of each bag from its length."""
-    offsets = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=offsets[1:])
-    return offsets
-
-
-def fill_empty(flat: np.ndarray, lengths: np.ndarray, unk: int) -> tuple[np.ndarray, np.ndarray]:
-    """Give every empty bag the single id `unk`, so that no sentence pools over nothing."""
-    empty = np.flatnonzero(lengths == 0)
-    if len(empty):
-        flat = np.insert(flat, offsets_of(lengths)[empty], unk)
-        lengths = lengths.copy()
-        lengths[empty] = 1
-    return flat, lengths
 
 
 def sp_rows(flat: np.ndarray, lengths: np.ndarray, piece_rows: np.ndarray | None, unk_row: int):
@@ -727,11 +630,6 @@ def existing_model(path: str | os.PathLike | None) -> Path:
 def english_only(path: str | os.PathLike | None) -> bool:
     """Whether a model argument names the shipped English model (for a one-time hint on cross-lingual work)."""
     return model_path(path) == DEFAULT_MODEL
-
-
-def first_sentence(error: Exception) -> str:
-    text = str(error).strip().splitlines()[0].strip() if str(error).strip() else type(error).__name__
-    return text.split(". ")[0].rstrip(".")
 
 
 def sides(pairs: Sequence[tuple[str, str]]) -> list[str]:

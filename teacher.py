@@ -39,8 +39,9 @@ from paraphrastic.fileio import (
     open_input,
     read_lines,
 )
-from paraphrastic.models import ModelError, SPModel, Tokenizer, native_bf16
-from paraphrastic.static import flatten, unit_rows
+from paraphrastic.models import ModelError, SPModel, native_bf16
+from paraphrastic.pieces import Tokenizer, flatten
+from paraphrastic.static import unit_rows
 
 DEFAULT_TEACHER = "all-MiniLM-L6-v2"
 USE_TEACHER = "use-multilingual-v3"

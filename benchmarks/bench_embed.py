@@ -18,7 +18,7 @@ import torch
 from common import machine_header, sentence_sample, sp_model_50k
 
 from paraphrastic.models import SPModel, Tokenizer, load_model
-from paraphrastic.static import flatten
+from paraphrastic.pieces import flatten
 
 
 def median_seconds(fn, runs: int) -> float:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from paraphrastic import models, static
+from paraphrastic import models, pieces
 
 SYSTEMS = ("ours", "ours-50k-1024", "minilm", "wordllama")
 
@@ -32,7 +32,7 @@ class Ours:
         return self.model.tokenizer.encode(batch, torch.get_num_threads())
 
     def inputs(self, tokens: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.model.rows_and_offsets(*static.flatten(tokens))
+        return self.model.rows_and_offsets(*pieces.flatten(tokens))
 
     @torch.no_grad()
     def encode(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

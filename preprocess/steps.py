@@ -38,10 +38,9 @@ from paraphrastic.fileio import (
     scratch_folder,
     split_pair,
 )
-from paraphrastic.pieces import train_sentencepiece
+from paraphrastic.pieces import Tokenizer, flatten, train_sentencepiece
 from paraphrastic.preprocess.filters import filter_pairs, ngram_overlap, tokenize
 from paraphrastic.shards import write_shard
-from paraphrastic.static import Tokenizer, flatten
 
 CHUNK_LINES = 50_000
 # ISO 639-1 codes to the other names the same language has in our TSV collections (NTREX, Tatoeba-Challenge).

@@ -11,7 +11,7 @@ import pytest
 from hostile import HOSTILE, reader_script
 
 import paraphrastic
-from paraphrastic import blocks, fileio, static, workers
+from paraphrastic import blocks, fileio, pieces, static, workers
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +62,9 @@ def test_a_long_text_is_tokenized_in_pieces_with_the_same_ids(model, monkeypatch
     counting = CountingSP(model.tokenizer.sp)
     monkeypatch.setattr(model.tokenizer, "sp", counting)
     flat, lengths = model.tokenizer.encode_flat(["a cat", words, "a dog"])
-    assert max(counting.calls) <= static.SEGMENT_CHARS and len(counting.calls) > 5
+    assert max(counting.calls) <= pieces.SEGMENT_CHARS and len(counting.calls) > 5
     assert lengths[1] == len(whole) and np.array_equal(flat[lengths[0] : lengths[0] + lengths[1]], whole)
-    assert static.segments("ab cd ef", 4) == ["ab", " cd", " ef"] and static.segments("abcdefgh", 3) == [
+    assert pieces.segments("ab cd ef", 4) == ["ab", " cd", " ef"] and pieces.segments("abcdefgh", 3) == [
         "abc",
         "def",
         "gh",

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import paraphrastic
-from paraphrastic import checkpoint, models, static
+from paraphrastic import checkpoint, models, pieces, static
 from paraphrastic.fileio import ModelError
 
 AWKWARD = ["", "   ", "\ufffd", "Ünïcödé and ÇAPS", "x" * 3000, "a\tb"]
@@ -152,9 +152,9 @@ def test_score_counts_every_unknown_side_from_the_ids_it_embeds(tmp_path, monkey
 
     (tmp_path / "pairs.tsv").write_text("a man plays a guitar\t今天天气很好\nthe kids swim\tchildren swim\n" * 500)
     tokenized = []
-    encode_flat = static.Tokenizer.encode_flat
+    encode_flat = pieces.Tokenizer.encode_flat
     monkeypatch.setattr(
-        static.Tokenizer,
+        pieces.Tokenizer,
         "encode_flat",
         lambda self, texts, *a: tokenized.append(len(texts)) or encode_flat(self, texts, *a),
     )
