@@ -267,7 +267,7 @@ class Encoding:
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} is none of {', '.join(PRECISIONS)}")
         self.check_device(device)
-        check_st_arguments(self, truncate_dim, output_value)
+        check_encode_arguments(self, batch_size, prompt, pool, truncate_dim, output_value)
         single = isinstance(sentences, str)
         texts = [sentences] if single else sentences
         if prompt or prompt_name:  # as in sentence-transformers, a prompt given wins over a name
@@ -493,8 +493,17 @@ def with_prompt(texts: Iterable[str], prompt: str) -> Iterable[str]:
     return (prompt + text for window in text_windows(texts) for text in window)
 
 
-def check_st_arguments(model: Encoding, truncate_dim: int | None, output_value: str) -> None:
-    """A ValueError for sentence-transformers' encode arguments that this model cannot honour, saying why."""
+def check_encode_arguments(model: Encoding, batch_size, prompt, pool, truncate_dim, output_value) -> None:
+    """A TypeError or ValueError naming an encode argument of the wrong kind, or one that this model cannot honour,
+    and why, before any text is read."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+        raise TypeError(f"batch_size must be a count of texts, not {type(batch_size).__name__} {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be 1 or more, not {batch_size}")
+    if prompt is not None and not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a string put before each sentence, not {type(prompt).__name__} {prompt!r}")
+    if pool is not None and not isinstance(pool, Workers):
+        raise TypeError(f"pool must come from model.start_multi_process_pool(), not {type(pool).__name__} {pool!r}")
     whole = isinstance(truncate_dim, int | np.integer) and not isinstance(truncate_dim, bool)
     if truncate_dim is not None and not (whole and 0 < truncate_dim <= model.dim):
         raise ValueError(f"truncate_dim {truncate_dim!r} is not a count of values from 1 to the rows' {model.dim}")

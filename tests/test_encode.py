@@ -173,6 +173,16 @@ def test_sentence_transformers_encode_arguments(model, monkeypatch):
     for dims in (0, 257, 2.5, True):
         with pytest.raises(ValueError, match=f"truncate_dim {dims} is not a count of values from 1 to the rows' 256"):
             model.encode(texts, truncate_dim=dims)
+    wrong = {  # arguments of the wrong kind, named before any text is read (not Python's own TypeErrors)
+        "batch_size must be a count of texts, not str '32'": dict(batch_size="32"),
+        "batch_size must be 1 or more, not 0": dict(batch_size=0),
+        "prompt must be a string put before each sentence, not int 1": dict(prompt=1),
+        r"pool must come from model.start_multi_process_pool\(\), not int 3": dict(pool=3),
+    }
+    for message, arguments in wrong.items():
+        with pytest.raises((TypeError, ValueError), match=message):
+            model.encode(iter(["a", None]), **arguments)
+    assert np.array_equal(model.encode(texts, batch_size=np.int64(32)), rows)
     with pytest.raises(ValueError, match="output_value 'token_embeddings': this model gives sentence embeddings"):
         model.encode(texts, output_value="token_embeddings")
     assert model.encode(texts, precision=None).dtype == np.float32  # sentence-transformers' evaluators give None
