@@ -332,7 +332,13 @@ class Encoding:
         one forks its workers anew, which takes longer the more memory this process holds. `workers`: their count,
         or sentence-transformers' list of target devices, "cpu" for each. Close with `pool.close()`,
         `stop_multi_process_pool(pool)`, or use it in a `with` block."""
-        if workers is not None and not isinstance(workers, int):
+        if isinstance(workers, int | np.integer) and not isinstance(workers, bool):
+            if workers < 1:
+                raise ValueError(f"a pool needs 1 worker or more, not {workers}")
+        elif workers is not None:
+            if isinstance(workers, str | bytes) or not isinstance(workers, Iterable):
+                raise TypeError(f"workers: give their count, or a list of 'cpu', one a worker; not "
+                                f"{type(workers).__name__} {workers!r}")  # fmt: skip
             devices = [str(device) for device in workers]
             if not devices or set(devices) != {"cpu"}:
                 raise ValueError(
@@ -423,8 +429,10 @@ class Encoding:
         """A side of `similarity`: its vectors as given, or encoded; packed signs (precision="binary") are refused,
         since the cosine of their bytes means nothing."""
         if not is_vectors(x):
-            return self.encode(x)
+            return np.atleast_2d(self.encode(x))  # one string: one row
         x = np.atleast_2d(x if isinstance(x, np.ndarray) else x.detach().cpu().numpy())  # a tensor on any device
+        if x.ndim > 2:
+            raise ValueError(f"vectors are rows (n, values) or one vector, not an array of shape {x.shape}")
         if x.dtype in (np.int8, np.uint8) and x.ndim == 2 and x.shape[1] != self.dim:
             raise ValueError(
                 f"rows of {x.shape[1]} bytes are packed signs (precision='binary'), whose cosine means nothing: "

@@ -132,6 +132,9 @@ def test_precision_and_device_errors_say_what_to_do(model):
         ValueError, match="rows of 32 bytes are packed signs .* compare them by the share of their bits"
     ):
         model.similarity(model.encode(texts, precision="binary"), texts)
+    assert model.similarity("a cat", "a dog").shape == (1, 1)  # one string: one row, as one vector is
+    with pytest.raises(ValueError, match=r"vectors are rows \(n, values\) or one vector, not an array of shape"):
+        model.similarity(np.ones((2, 2, 256), np.float32), texts)
     cut = model.encode(texts, precision="int8", truncate_dim=100)
     with pytest.raises(ValueError, match=r"int8 rows cut by truncate_dim .*\(rows\.astype\(np\.float32\)\)"):
         model.similarity(cut, cut)
@@ -232,6 +235,12 @@ def test_sentence_transformers_pool_calls(model):
     assert np.array_equal(rows, model.encode(texts, normalize_embeddings=True))
     with pytest.raises(ValueError, match=r"processes on this machine's CPU, one core each, not \['cuda:0'\]"):
         model.start_multi_process_pool(["cuda:0"])
+    for count, error in ((0, "a pool needs 1 worker or more, not 0"), (-1, "1 worker or more, not -1")):
+        with pytest.raises(ValueError, match=error):
+            model.start_multi_process_pool(count)
+    for given in ("cpu", 2.5):  # a string is not a list of devices (its letters are not devices)
+        with pytest.raises(TypeError, match=f"give their count, or a list of 'cpu', one a worker; not .* {given!r}"):
+            model.start_multi_process_pool(given)
 
 
 def test_normalized_tensor_and_progress_bar(model, capsys):
