@@ -316,7 +316,10 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         return torch.device("cpu")
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):  # torch's message lists every device type it knows, ours the ones we run on
+        raise ModelError(f"device {device!r} is none of cpu, cuda, cuda:N or auto") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelError("--device cuda was asked for but no CUDA device is available (use cpu or auto)")
     return device

@@ -624,6 +624,9 @@ def model_path(path: str | os.PathLike | None) -> Path:
     file of that name exists, or the English default for None."""
     if path is None:
         return DEFAULT_MODEL
+    if not isinstance(path, str | os.PathLike) or str(path) == "":
+        raise ModelError(f"no model named {path!r}: give a model file or folder, or a shipped model's name: "
+                         f"{', '.join(SHIPPED)}")  # fmt: skip
     if str(path) in SHIPPED and not Path(path).exists():
         return SHIPPED[str(path)]
     return Path(path)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import generated_sentences
 
+import paraphrastic
 from paraphrastic import checkpoint, models, pieces, static
 from paraphrastic.models import ModelError, load_model
 
@@ -143,6 +144,9 @@ def test_truncated_and_foreign_files_give_clear_errors(tiny_model_file, tmp_path
         load_model(tmp_path / "other.pt")
     with pytest.raises(ModelError, match="no such model file"):
         load_model(tmp_path / "missing.pt")
+    for given in ("", 123):  # not "." (a folder), not os.fspath's TypeError
+        with pytest.raises(ModelError, match=f"no model named {given!r}: give a model file or folder, or a shipped"):
+            paraphrastic.load_encoder(given)
 
 
 def test_unavailable_cuda_is_a_clear_error(tiny_model_file):
@@ -151,6 +155,9 @@ def test_unavailable_cuda_is_a_clear_error(tiny_model_file):
     with pytest.raises(ModelError, match="no CUDA device"):
         load_model(tiny_model_file, device="cuda")
     assert load_model(tiny_model_file, device="auto").device.type == "cpu"
+    for device in ("bogus", 2.5):  # torch's own error lists every device type it knows
+        with pytest.raises(ModelError, match=f"device {device!r} is none of cpu, cuda, cuda:N or auto"):
+            paraphrastic.load_encoder(tiny_model_file, device=device)
 
 
 def legacy_checkpoint(sp_bytes, tmp_path, drop_every=3):
