@@ -8,6 +8,7 @@ import argparse
 import atexit
 import functools
 import gc
+import math
 import os
 import re
 import select
@@ -143,13 +144,15 @@ def device_name(text: str) -> str:
 
 
 def at_least(low: int, kind=int) -> Callable[[str], int]:
-    """An argparse type: a number of `kind` that is at least `low`, else a usage error naming the bound."""
+    """An argparse type: a finite number of `kind` that is at least `low`, else a usage error naming the bound."""
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
         if not value >= low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}")
         return value

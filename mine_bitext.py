@@ -131,6 +131,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ray_engine.refuse_local_options(p, args, "sp_model", "device")
     args.retrieval = args.retrieval or ("forward" if args.paraphrase else "max-score")
     args.threshold = DEFAULT_THRESHOLD[args.criterion] if args.threshold is None else args.threshold
+    if math.isnan(args.threshold):  # no score is at least nan: the run would write nothing and say it succeeded
+        p.error("--threshold nan keeps no pair: give a number, or -inf to keep every retrieved pair")
     return args
 
 

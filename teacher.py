@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from paraphrastic.cli import cli_parser, device_name, run_cli
+from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
 from paraphrastic.fileio import (
     InputError,
     atomic_path,
@@ -374,7 +374,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"sentence-transformers model(s) or {USE_TEACHER}; several are combined (unit vectors side by side)",
     )
     p.add_argument("--dim", type=int, default=300, help="dimension after PCA (at most the teachers' together)")
-    p.add_argument("--sif-a", type=float, default=1e-3, help="frequency weight a / (a + p) (default 1e-3)")
+    p.add_argument(
+        "--sif-a", type=at_least(1e-12, float), default=1e-3, help="frequency weight a / (a + p) (default 1e-3)"
+    )
     p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True, help="lowercase text (default)")
     p.add_argument("--device", type=device_name, default="cpu", help="device of the teacher (cpu, cuda, cuda:N)")
     return p.parse_args(argv)

@@ -202,10 +202,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--epochs", type=at_least(1), default=25, help="passes over the data (default 25)")
     p.add_argument("--max-steps", type=at_least(1), help="stop after this many updates")
-    p.add_argument("--lr", type=float, default=0.001, help="Adam learning rate (default 0.001)")
-    p.add_argument("--delta", type=float, default=0.4, help="margin (default 0.4)")
+    p.add_argument("--lr", type=at_least(0.0, float), default=0.001, help="Adam learning rate (default 0.001)")
+    p.add_argument("--delta", type=at_least(0.0, float), default=0.4, help="margin (default 0.4)")
     p.add_argument("--dropout", type=float, default=0.0, help="dropout on the piece embeddings")
-    p.add_argument("--grad-clip", type=float, help="clip the gradient's L2 norm to this (default off)")
+    p.add_argument("--grad-clip", type=at_least(0.0, float), help="clip the gradient's L2 norm to this (default off)")
     p.add_argument(
         "--mine-precision",
         choices=["auto", "bf16", "fp32"],
@@ -222,16 +222,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="add a distillation loss: pull each sentence's vector toward its row of TARGETS (.npy, one "
         "row per line of SENTENCES, e.g. from teacher.py)",
     )
-    p.add_argument("--distill-weight", type=float, default=1.0, help="weight of the distillation loss (default 1)")
+    p.add_argument(
+        "--distill-weight", type=at_least(0.0, float), default=1.0, help="weight of the distillation loss (default 1)"
+    )
     p.add_argument(
         "--distill-relational",
-        type=float,
+        type=at_least(0.0, float),
         default=0.0,
         help="weight of a loss matching the batch's cosine matrix to the teacher's (default 0: off)",
     )
     p.add_argument(
         "--distill-contrastive",
-        type=float,
+        type=at_least(0.0, float),
         default=0.0,
         help="weight of an in-batch InfoNCE loss: each sentence nearest its own target among the batch's "
         "(default 0: off; the English default model uses 20)",
@@ -278,8 +280,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "per line of SENTENCES, any dimension, that teacher's own space) set only how the sentences of a batch "
         "relate to each other, not where they lie (batches of --distill-batch-size)",
     )
-    p.add_argument("--relate-weight", type=float, default=1.0, help="weight of the --relate loss (default 1)")
-    p.add_argument("--margin-weight", type=float, default=1.0, help="weight of the margin loss (default 1)")
+    p.add_argument(
+        "--relate-weight", type=at_least(0.0, float), default=1.0, help="weight of the --relate loss (default 1)"
+    )
+    p.add_argument(
+        "--margin-weight", type=at_least(0.0, float), default=1.0, help="weight of the margin loss (default 1)"
+    )
     p.add_argument(
         "--on-nan",
         choices=["stop", "skip"],
@@ -320,6 +326,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.batch_size < 2:
         p.error("--batch-size must be at least 2 (negatives come from the batch)")
+    if args.grad_clip == 0:  # the largest gradient norm kept: 0 keeps none (and one below 0 turned them around)
+        p.error("--grad-clip must be above 0 (leave it out for no clipping)")
     if not 0.0 <= args.dropout < 1.0:
         p.error("--dropout must be in [0, 1)")
     if not 0.0 <= (args.scramble_rate or 0.0) <= 1.0 or args.max_types < 1:

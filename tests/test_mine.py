@@ -2,6 +2,7 @@
 against exact torch search, the margin against cosine where neighbourhoods differ in density, planted pairs
 recovered from generated text, paraphrase mode, one-line errors."""
 
+import math
 import os
 import random
 import subprocess
@@ -281,6 +282,10 @@ def test_errors_are_one_line_and_name_the_file(tiny_model_file, tmp_path, monkey
     with pytest.raises(SystemExit) as exit_:  # an IVF option beside an exact search: named, not ignored
         parse_args(["--paraphrase", "a", "--output-file", "o", "--index", "flat", "--nlist", "8", "--seed", "3"])
     assert exit_.value.code == 2 and "error: --index flat does not take --nlist, --seed (" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # no score is at least nan: a run that writes nothing, refused
+        parse_args(["--paraphrase", "a", "--output-file", "o", "--threshold", "nan"])
+    assert exit_.value.code == 2 and "error: --threshold nan keeps no pair" in capsys.readouterr().err
+    assert parse_args(["--paraphrase", "a", "--output-file", "o", "--threshold=-inf"]).threshold == -math.inf
 
 
 def test_real_english_sentences_are_found_again_after_a_shuffle(shared_data, tmp_path):

@@ -418,6 +418,25 @@ def test_a_loss_option_without_its_loss_is_a_usage_error(capsys):
     assert train_config.parse_args([*base, "--distill-batch-size", "5", "--relate", "a", "b"])  # --relate's batches
 
 
+def test_numbers_a_run_cannot_use_are_usage_errors(capsys):
+    """nan and inf (a nan margin trained until the loss was nan, then blamed the learning rate), negative weights,
+    and a gradient clip of 0 or less (below 0 it turned every gradient around): named before anything runs."""
+    base = ["--train-file", "pairs.tsv", "--output-dir", "run"]
+    cases = [
+        (["--delta", "nan"], "argument --delta: expected a finite number, got 'nan'"),
+        (["--lr", "inf"], "argument --lr: expected a finite number, got 'inf'"),
+        (["--grad-clip", "-1"], "argument --grad-clip: must be at least 0.0, got -1"),
+        (["--grad-clip", "0"], "--grad-clip must be above 0 (leave it out for no clipping)"),
+        (["--margin-weight", "-1"], "argument --margin-weight: must be at least 0.0, got -1"),
+        (["--distill-contrastive=-inf"], "argument --distill-contrastive: expected a finite number, got '-inf'"),
+    ]
+    for extra, named in cases:
+        with pytest.raises(SystemExit) as stop:
+            train_config.parse_args([*base, *extra])
+        assert stop.value.code == 2 and named in capsys.readouterr().err
+    assert train_config.parse_args([*base, "--lr", "0", "--margin-weight", "0"]).lr == 0  # a frozen table is allowed
+
+
 def teacher_fixture(folder: Path, seed: int, dim: int) -> tuple[list[str], np.ndarray]:
     """sentences.txt and vectors.npy (random teacher vectors, one per sentence), and pairs.tsv to train on."""
     sentences = generated_sentences(200, seed)
