@@ -373,7 +373,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[DEFAULT_TEACHER],
         help=f"sentence-transformers model(s) or {USE_TEACHER}; several are combined (unit vectors side by side)",
     )
-    p.add_argument("--dim", type=int, default=300, help="dimension after PCA (at most the teachers' together)")
+    p.add_argument("--dim", type=at_least(1), default=300, help="dimension after PCA (at most the teachers' together)")
     p.add_argument(
         "--sif-a", type=at_least(1e-12, float), default=1e-3, help="frequency weight a / (a + p) (default 1e-3)"
     )

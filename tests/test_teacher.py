@@ -194,3 +194,16 @@ def test_contextual_word_vectors_average_each_words_outputs_over_its_occurrences
     for a, b in [(0, 1), (2, 4), (3, 4)]:  # centring moves every vector alike, so differences compare
         got, want = vectors[a] - vectors[b], brute[a] - brute[b]
         assert got @ want / np.linalg.norm(got) / np.linalg.norm(want) > 0.99
+
+
+def test_weights_and_dimensions_it_cannot_use_are_usage_errors(capsys):
+    """--sif-a of 0 or less (every piece's weight a / (a + p) then 0 or negative) and --dim below 1: named at once."""
+    base = ["--sp-model", "sp.model", "--counts-file", "text.txt", "--output-dir", "out"]
+    for extra, named in (
+        (["--sif-a", "0"], "argument --sif-a: must be at least 1e-12, got 0"),
+        (["--sif-a", "nan"], "argument --sif-a: expected a finite number, got 'nan'"),
+        (["--dim", "0"], "argument --dim: must be at least 1, got 0"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            teacher.parse_args([*base, *extra])
+        assert stop.value.code == 2 and named in capsys.readouterr().err
