@@ -6,7 +6,7 @@ lines takes a third of a second without it). A StaticModel pools with scipy's sp
 pooled enough text to repay torch's import, then with torch's embedding_bag, about three times faster; a small batch
 of a process's first texts is summed by numpy alone, sparing scipy's import too. All of them sum a bag's rows in
 order and divide by its length, so the vectors are the torch Model's bit for bit. models.py's torch `Model` shares
-the tokenizer and the API below; training, GPUs and the other encoders need it.
+the tokenizer (`pieces`) and the API below; training, GPUs and the other encoders need it.
 """
 
 from __future__ import annotations
@@ -501,7 +501,14 @@ def with_prompt(texts: Iterable[str], prompt: str) -> Iterable[str]:
     return (prompt + text for window in text_windows(texts) for text in window)
 
 
-def check_encode_arguments(model: Encoding, batch_size, prompt, pool, truncate_dim, output_value) -> None:
+def check_encode_arguments(
+    model: Encoding,
+    batch_size: int,
+    prompt: str | None,
+    pool: Workers | None,
+    truncate_dim: int | None,
+    output_value: str,
+) -> None:
     """A TypeError or ValueError naming an encode argument of the wrong kind, or one that this model cannot honour,
     and why, before any text is read."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
