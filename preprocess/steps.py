@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from paraphrastic.cli import run_cli
+from paraphrastic.cli import at_least, run_cli
 from paraphrastic.fileio import (
     InputError,
     atomic_output,
@@ -482,18 +482,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     s = step("filter-paranmt", "ParaNMT -> filtered, lowercased pairs")
     s.add_argument("input", type=Path)
     s.add_argument("--lid-model", type=Path, help="fastText language-ID model (lid.176.bin); omit to skip LID")
-    s.add_argument("--sim-low", type=float, required=True)
-    s.add_argument("--sim-high", type=float, required=True)
-    s.add_argument("--ovl", type=float, required=True, help="maximum trigram overlap")
-    s.add_argument("--min-len", type=int, default=5)
-    s.add_argument("--max-len", type=int, default=40)
-    s.add_argument("--workers", type=int)
+    s.add_argument("--sim-low", type=at_least(-1.0, float), required=True, help="least cosine of the pair")
+    s.add_argument("--sim-high", type=at_least(-1.0, float), required=True, help="largest cosine of the pair")
+    s.add_argument("--ovl", type=at_least(0.0, float), required=True, help="maximum trigram overlap")
+    s.add_argument("--min-len", type=at_least(0), default=5)
+    s.add_argument("--max-len", type=at_least(1), default=40)
+    s.add_argument("--workers", type=at_least(1))
     s = step("filter-bitext", "all en-LANG bitext under a folder -> filtered, lowercased pairs")
     s.add_argument("root", type=Path)
     s.add_argument("--lang", required=True)
-    s.add_argument("--min-len", type=int, default=3)
-    s.add_argument("--max-len", type=int, default=100)
-    s.add_argument("--workers", type=int)
+    s.add_argument("--min-len", type=at_least(0), default=3)
+    s.add_argument("--max-len", type=at_least(1), default=100)
+    s.add_argument("--workers", type=at_least(1))
     s = step("dedup", "keep one copy of each pair")
     s.add_argument("inputs", type=Path, nargs="+")
     s.add_argument("--memory", default="1G", help="sort buffer size (bounds memory)")
@@ -502,24 +502,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     s.add_argument("--seed", type=int, default=0)
     s = step("train-sp", "train the sentencepiece model")
     s.add_argument("input", type=Path)
-    s.add_argument("--vocab-size", type=int, default=50_000)
-    s.add_argument("--sample-pairs", type=int, default=1_000_000)
+    s.add_argument("--vocab-size", type=at_least(8), default=50_000)
+    s.add_argument("--sample-pairs", type=at_least(1), default=1_000_000)
     s = step("filter-pairs", "paraphrase pairs -> those that pass length, overlap, BLEU and perplexity filters")
     s.add_argument("input", type=Path)
-    s.add_argument("--length", type=int, nargs=2, default=[0, 10], metavar=("LO", "HI"),
+    s.add_argument("--length", type=at_least(0), nargs=2, default=[0, 10], metavar=("LO", "HI"),
                    help="tokens of the second side (default 0 10: the paper's best)")  # fmt: skip
-    s.add_argument("--overlap", type=int, nargs="*", default=[], metavar="N",
+    s.add_argument("--overlap", type=at_least(1), nargs="*", default=[], metavar="N",
                    help="filter by the n-gram overlap of the two sides for these n (e.g. 1 2 3)")  # fmt: skip
-    s.add_argument("--overlap-range", type=float, nargs=2, default=[0.0, 0.7], metavar=("LO", "HI"),
+    s.add_argument("--overlap-range", type=at_least(0.0, float), nargs=2, default=[0.0, 0.7], metavar=("LO", "HI"),
                    help="allowed overlap (default 0 0.7: the paper found upper bounds of 0.6-0.7 best)")  # fmt: skip
-    s.add_argument("--bleu", type=float, nargs=2, metavar=("LO", "HI"), help="allowed sentence BLEU (smoothed)")
+    s.add_argument(
+        "--bleu", type=at_least(0.0, float), nargs=2, metavar=("LO", "HI"), help="allowed sentence BLEU (smoothed)"
+    )
     s.add_argument("--lm-text", type=Path, help="reference text (a sentence per line) for the trigram model")
-    s.add_argument("--max-perplexity", type=float, help="with --lm-text: the second side's perplexity bound")
+    s.add_argument(
+        "--max-perplexity", type=at_least(1.0, float), help="with --lm-text: the second side's perplexity bound"
+    )
     s = step("encode", "encode pairs into HDF5 shards")
     s.add_argument("input", type=Path)
     s.add_argument("--sp-model", type=Path, required=True)
-    s.add_argument("--shard-pairs", type=int, default=1_000_000)
-    return p.parse_args(argv)
+    s.add_argument("--shard-pairs", type=at_least(1), default=1_000_000)
+    args = p.parse_args(argv)
+    bounds = [("--sim-low/--sim-high", getattr(args, "sim_low", None), getattr(args, "sim_high", None)),
+              ("--min-len/--max-len", getattr(args, "min_len", None), getattr(args, "max_len", None))]  # fmt: skip
+    for name in ("length", "overlap_range", "bleu"):
+        bounds.append((f"--{name.replace('_', '-')}", *(getattr(args, name, None) or (None, None))))
+    for given, low, high in bounds:  # a range upside down keeps nothing, and the step would say it was done
+        if low is not None and low > high:
+            p.error(f"{given}: {low} is above {high}, so nothing would pass")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

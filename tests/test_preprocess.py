@@ -493,3 +493,23 @@ def test_opus_skips_a_corpus_the_server_does_not_have_and_stops_on_other_errors(
             download.opus("de", tmp_path, corpora=[corpus])
     finally:
         server.shutdown()
+
+
+def test_numbers_a_step_cannot_use_are_usage_errors(capsys):
+    """A bound that keeps nothing (nan, a range upside down) or a count below 1 is named before the step runs: the
+    step would have kept no pair and said it was done (or, for --vocab-size 0, ended in sentencepiece's traceback)."""
+    cases = [
+        (["train-sp", "in.tsv", "--vocab-size", "0"], "argument --vocab-size: must be at least 8, got 0"),
+        (["filter-paranmt", "in.tsv", "--sim-low", "nan", "--sim-high", "1", "--ovl", "0.5"],
+         "argument --sim-low: expected a finite number, got 'nan'"),
+        (["filter-paranmt", "in.tsv", "--sim-low", "0.9", "--sim-high", "0.5", "--ovl", "0.5"],
+         "--sim-low/--sim-high: 0.9 is above 0.5, so nothing would pass"),
+        (["filter-pairs", "in.tsv", "--length", "5", "2"], "--length: 5 is above 2, so nothing would pass"),
+        (["filter-pairs", "in.tsv", "--bleu", "0.5", "0.2"], "--bleu: 0.5 is above 0.2, so nothing would pass"),
+        (["filter-bitext", "root", "--lang", "de", "--workers", "0"], "argument --workers: must be at least 1, got 0"),
+    ]  # fmt: skip
+    for argv, named in cases:
+        with pytest.raises(SystemExit) as stop:
+            steps.parse_args([*argv, "--out", "out"])
+        assert stop.value.code == 2 and named in capsys.readouterr().err
+    assert steps.parse_args(["filter-pairs", "in.tsv", "--out", "out", "--length", "0", "10"]).length == [0, 10]
