@@ -264,10 +264,8 @@ class Encoding:
         keep each row's first values (before normalizing and packing, as sentence-transformers does); `chunk_size`
         is left to the pool, as in `encode_multi_process`."""
         precision = precision or "float32"  # sentence-transformers' evaluators give None for it
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision {precision!r} is none of {', '.join(PRECISIONS)}")
         self.check_device(device)
-        check_encode_arguments(self, batch_size, prompt, pool, truncate_dim, output_value)
+        check_encode_arguments(self, batch_size, precision, prompt, pool, truncate_dim, output_value)
         single = isinstance(sentences, str)
         texts = [sentences] if single else sentences
         if prompt or prompt_name:  # as in sentence-transformers, a prompt given wins over a name
@@ -332,7 +330,7 @@ class Encoding:
         one forks its workers anew, which takes longer the more memory this process holds. `workers`: their count,
         or sentence-transformers' list of target devices, "cpu" for each. Close with `pool.close()`,
         `stop_multi_process_pool(pool)`, or use it in a `with` block."""
-        if isinstance(workers, int | np.integer) and not isinstance(workers, bool):
+        if is_whole(workers):
             if workers < 1:
                 raise ValueError(f"a pool needs 1 worker or more, not {workers}")
         elif workers is not None:
@@ -433,7 +431,7 @@ class Encoding:
         x = np.atleast_2d(x if isinstance(x, np.ndarray) else x.detach().cpu().numpy())  # a tensor on any device
         if x.ndim > 2:
             raise ValueError(f"vectors are rows (n, values) or one vector, not an array of shape {x.shape}")
-        if x.dtype in (np.int8, np.uint8) and x.ndim == 2 and x.shape[1] != self.dim:
+        if x.dtype in (np.int8, np.uint8) and x.shape[1] != self.dim:
             raise ValueError(
                 f"rows of {x.shape[1]} bytes are packed signs (precision='binary'), whose cosine means nothing: "
                 "compare them by the share of their bits that agree (docs/usage.md, 'Smaller vectors'); int8 rows "
@@ -504,6 +502,7 @@ def with_prompt(texts: Iterable[str], prompt: str) -> Iterable[str]:
 def check_encode_arguments(
     model: Encoding,
     batch_size: int,
+    precision: str,
     prompt: str | None,
     pool: Workers | None,
     truncate_dim: int | None,
@@ -511,7 +510,9 @@ def check_encode_arguments(
 ) -> None:
     """A TypeError or ValueError naming an encode argument of the wrong kind, or one that this model cannot honour,
     and why, before any text is read."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is none of {', '.join(PRECISIONS)}")
+    if not is_whole(batch_size):
         raise TypeError(f"batch_size must be a count of texts, not {type(batch_size).__name__} {batch_size!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be 1 or more, not {batch_size}")
@@ -519,12 +520,16 @@ def check_encode_arguments(
         raise TypeError(f"prompt must be a string put before each sentence, not {type(prompt).__name__} {prompt!r}")
     if pool is not None and not isinstance(pool, Workers):
         raise TypeError(f"pool must come from model.start_multi_process_pool(), not {type(pool).__name__} {pool!r}")
-    whole = isinstance(truncate_dim, int | np.integer) and not isinstance(truncate_dim, bool)
-    if truncate_dim is not None and not (whole and 0 < truncate_dim <= model.dim):
+    if truncate_dim is not None and not (is_whole(truncate_dim) and 0 < truncate_dim <= model.dim):
         raise ValueError(f"truncate_dim {truncate_dim!r} is not a count of values from 1 to the rows' {model.dim}")
     if output_value != "sentence_embedding":
         raise ValueError(f"output_value {output_value!r}: this model gives sentence embeddings only (the mean of its "
                          "pieces' vectors); 'sentence_embedding' is the one value")  # fmt: skip
+
+
+def is_whole(x) -> bool:
+    """Whether `x` is a whole number, Python's or numpy's (a bool is not one, though Python counts it an int)."""
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
 
 
 def advancing(results: Iterator, cuts: list[slice], bar) -> Iterator:
