@@ -23,6 +23,7 @@ FIXED_ON_RESUME = (
     "grad_clip", "one_sided", "seed", "mine_precision", "distill_weight", "distill_batch_size",
     "distill_relational", "distill_contrastive", "distill_temperature", "distill_neighbours", "distill_pool",
     "distill_soft", "relate_weight", "margin_weight", "model", "combine", "scramble_rate", "max_types",
+    "nested_dims",
 )  # fmt: skip
 
 
@@ -35,6 +36,7 @@ LATER_SETTINGS = {
     "distill_soft": 0.0,
     "relate": None,
     "relate_weight": 1.0,
+    "nested_dims": [],
 }  # settings newer than some saved runs: their value in those runs
 
 
@@ -95,7 +97,8 @@ def check_resume_args(config: Config, state: dict, out: Path) -> None:
     saved = LATER_SETTINGS | state["args"]
     # a loss's options without their loss acted on nothing: runs of versions that took them must resume without them
     unused = {k for keys in inert_settings(saved).values() for k in keys}
-    changed = [k for k in FIXED_ON_RESUME if k not in unused and saved.get(k) != getattr(config, k)]
+    plain = config.plain()
+    changed = [k for k in FIXED_ON_RESUME if k not in unused and saved.get(k) != plain[k]]
     if not config.force_resume:
         changed += [k for k in INPUTS_ON_RESUME if same_inputs(saved.get(k)) != same_inputs(getattr(config, k))]
     if changed:

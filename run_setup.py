@@ -183,6 +183,10 @@ def start_run(args: argparse.Namespace, device: str, ranks: Ranks) -> tuple:
         raise InputError(f"{out}: already holds a training run; pass --resume to continue it or use another directory")
     init = load_init_model(args.init_from, args.sp_model) if state is None else None
     config = make_config(args, device, state, init, ranks)
+    if any(k >= config.dim for k in config.nested_dims):
+        raise InputError(
+            f"--nested-dims {' '.join(map(str, config.nested_dims))}: each must be below the dimension, {config.dim}"
+        )
     if state is not None:
         check_resume_args(config, state, out)
         check_inputs_unchanged(config, state, out)

@@ -41,6 +41,7 @@ from paraphrastic.fileio import (
 )
 from paraphrastic.models import ModelError, SPModel, native_bf16
 from paraphrastic.pieces import Tokenizer, flatten
+from paraphrastic.preprocess import wmt
 from paraphrastic.static import unit_rows
 
 DEFAULT_TEACHER = "all-MiniLM-L6-v2"
@@ -145,12 +146,15 @@ def load_teacher(name_or_path: str, device: str = "cpu"):
 def english_training_sentences(data: Path, skip_tatoeba: bool = True) -> list[str]:
     """Distinct English sentences of ../shared/data/train in a seeded order: both sides of the English
     paraphrase pairs, the English side of each bitext file (Tatoeba-Challenge skipped unless `skip_tatoeba`
-    is False, as for speed benchmarks). No STS-family text."""
+    is False, as for speed benchmarks). No STS-family text. The WMT systems' outputs are left to
+    `preprocess.wmt.english_sentences`, so that this text stays the one the default was trained on."""
     files = sorted((data / "train" / "en_paraphrase").glob("*.pairs.tsv.gz"))
     bitext = sorted((data / "train" / "bitext").glob("**/*.tsv.gz"))
     files += [p for p in bitext if not (skip_tatoeba and "tatoeba" in p.parent.name)]
     seen: dict[str, None] = {}
     for path in files:
+        if wmt.BITEXT.name in path.parts or path.name == wmt.PAIRS.name:
+            continue
         both_sides = path.parent.name == "en_paraphrase"
         with gzip.open(path, "rt", encoding="utf-8") as f:
             for line in f:

@@ -373,6 +373,7 @@ class Trainer:
         """One update on a mini-batch: gather the rows it uses, pool, margin loss (plus the distillation
         loss with --distill), row-sparse gradient for the table, dense for LSTM weights."""
         pooled = len(bags.offsets)  # the margin loss's sentences; distillation's follow them
+        targets = relations = None
         if self.config.scramble_rate:
             bags = Bags(scramble(*bags, self.config.scramble_rate), bags.offsets)
         if self.distill is not None:
@@ -399,18 +400,9 @@ class Trainer:
             )
         else:
             vectors = self.model.pool_parts(sub, local_parts, self.config.dropout)
-        loss = self.margin(vectors[:pooled], valid)
-        if self.distill is not None:
-            taught = vectors[pooled : pooled + len(targets)]
-            loss = loss + self.config.distill_weight * distill_loss(taught, targets)
-            if self.config.distill_relational:
-                loss = loss + self.config.distill_relational * relational_loss(taught, targets)
-            if self.config.distill_contrastive:
-                loss = loss + self.config.distill_contrastive * contrastive_loss(
-                    taught, targets, self.config.distill_temperature, self.config.distill_soft
-                )
-        if self.relate is not None:
-            loss = loss + self.config.relate_weight * relational_loss(vectors[-len(relations) :], relations)
+        loss = self.losses(vectors, pooled, valid, targets, relations)
+        for k in self.config.nested_dims:  # the same losses on each row's first k values, so that cuts keep more
+            loss = loss + self.losses(vectors[:, :k], pooled, valid, targets, relations, k)
         loss.backward()
         if self.sync_free:
             return self.apply_on_device(loss, rows, sub)
@@ -425,6 +417,32 @@ class Trainer:
         if self.dense_optimizer:
             self.dense_optimizer.step()
         return loss.item()
+
+    def losses(
+        self,
+        vectors: torch.Tensor,
+        pooled: int,
+        valid: list[torch.Tensor],
+        targets: torch.Tensor | None,
+        relations: torch.Tensor | None,
+        k: int | None = None,
+    ) -> torch.Tensor:
+        """The step's weighted losses on its vectors: the margin loss on the first `pooled`, distillation on the
+        next (toward the targets' first `k` values: the teachers' PCA puts the most variance first), the relational
+        loss on the last."""
+        loss = self.margin(vectors[:pooled], valid)
+        if targets is not None:
+            taught, targets = vectors[pooled : pooled + len(targets)], targets[:, :k]
+            loss = loss + self.config.distill_weight * distill_loss(taught, targets)
+            if self.config.distill_relational:
+                loss = loss + self.config.distill_relational * relational_loss(taught, targets)
+            if self.config.distill_contrastive:
+                loss = loss + self.config.distill_contrastive * contrastive_loss(
+                    taught, targets, self.config.distill_temperature, self.config.distill_soft
+                )
+        if relations is not None:
+            loss = loss + self.config.relate_weight * relational_loss(vectors[-len(relations) :], relations)
+        return loss
 
     def margin(self, vectors: torch.Tensor, valid: list[torch.Tensor] | torch.Tensor) -> torch.Tensor:
         """The weighted margin loss of a mini-batch's vectors: sources, targets, then their negatives' (one group of

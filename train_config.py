@@ -66,6 +66,7 @@ class Config:
     relate: tuple[Path, Path] | None
     relate_weight: float
     margin_weight: float
+    nested_dims: tuple[int, ...]
     on_nan: str
     save_every: int
     log_every: int
@@ -111,6 +112,7 @@ def make_config(
         settings["scramble_rate"] = 0.3 if lstm else 0.0
     for k in ("train_shards", "distill", "relate", "dev_file"):
         settings[k] = tuple(settings[k]) if settings[k] is not None else None
+    settings["nested_dims"] = tuple(sorted(set(settings["nested_dims"] or ())))
     return Config(**ranks.settings(settings))
 
 
@@ -285,6 +287,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--margin-weight", type=at_least(0.0, float), default=1.0, help="weight of the margin loss (default 1)"
+    )
+    p.add_argument(
+        "--nested-dims",
+        type=at_least(1),
+        nargs="+",
+        metavar="K",
+        help="add every loss again on each vector's first K values (e.g. 64 128: nested dimensions, so that "
+        "truncate_dim keeps more); each K below --dim (default: none)",
     )
     p.add_argument(
         "--on-nan",

@@ -1,6 +1,10 @@
 """The English dev figures that choose the default model, with the STS Benchmark dev set split into its three parts
 (in file order: captions, lines 1-625; forum answers, 626-1000, StackExchange text like STS 2016's answers and
-questions; news, 1001-1500). The forum part is where a static student lags its teacher. No test set is read.
+questions; news, 1001-1500). The forum part is where a static student lags its teacher. With the WMT systems' data
+in DATA_DIR, wmt-err: the error rate x 100 of retrieval within the held-apart WMT test sets' groups (each group's
+reference against its paraphrase that shares the fewest words; `preprocess.wmt.dev_pairs`, both directions; no
+sentence the default was trained on), the
+registers of news, conversation and social text that no STS dev set holds. No test set is read.
 
     python scripts/dev_parts.py MODEL [MODEL ...] [--data-dir ../shared/data]
 """
@@ -12,8 +16,10 @@ from pathlib import Path
 import numpy as np
 from teacher_dev import PARTS, dev_sets
 
-from paraphrastic.evaluate import correlations, pair_cosines
+from paraphrastic.evaluate import correlations, embed_unique, pair_cosines, retrieval_errors
 from paraphrastic.models import load_model
+from paraphrastic.preprocess import wmt
+from paraphrastic.teacher import english_training_sentences
 
 
 def dev_figures(model, data: Path) -> dict[str, float]:
@@ -25,7 +31,16 @@ def dev_figures(model, data: Path) -> dict[str, float]:
     gold = sets["stsb-dev"].gold
     for name, part in PARTS.items():
         out[name] = correlations(cos["stsb-dev"][part], gold[part])["pearson"]
+    if (data / wmt.GROUPS).exists():
+        out["wmt-err"] = wmt_error(model, data)
     return out
+
+
+def wmt_error(model, data: Path) -> float:
+    """Mean error rate x 100 of retrieval, both ways, over the held-apart WMT groups' pairs."""
+    pairs = wmt.dev_pairs(data, exclude=set(english_training_sentences(data)))
+    vectors, rows = embed_unique(model, [a for a, _ in pairs] + [b for _, b in pairs])
+    return float(np.mean(retrieval_errors(vectors[rows[: len(pairs)]], vectors[rows[len(pairs) :]])))
 
 
 def main() -> None:
@@ -38,11 +53,11 @@ def main() -> None:
         help="(default %(default)s)",
     )
     args = p.parse_args()
-    names = ["sts17-en", "stsb-dev", "sts12-train", "mean", *PARTS]
+    names = ["sts17-en", "stsb-dev", "sts12-train", "mean", *PARTS, "wmt-err"]
     print("| model | " + " | ".join(names) + " |\n" + "|---" * (len(names) + 1) + "|")
     for name in args.models:
         figures = dev_figures(load_model(name), args.data_dir)
-        print(f"| {name} | " + " | ".join(f"{figures[k]:.2f}" for k in names) + " |")
+        print(f"| {name} | " + " | ".join(f"{figures.get(k, float('nan')):.2f}" for k in names) + " |")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 mono.<lang>.txt     distinct monolingual sentences of train/foreign_text (at most --max-mono per language)
 bitext.tsv          english<TAB>foreign<TAB>lang: clean bitext (no Tatoeba-Challenge, no paragraph files)
+                    (--wmt: and the WMT systems' bitext; exact duplicates, such as a WMT source and reference
+                    found in both train/bitext/wmt and wmt_systems, kept once; the held-apart WMT sets never)
 heldout.<lang>.tsv  --heldout pairs per language cut from that bitext: a dev set, never trained on
 en.txt              the first --max-en English sentences of ENGLISH_TEXT (the English default's text)
 
@@ -16,6 +18,7 @@ import re
 from pathlib import Path
 
 from paraphrastic.fileio import atomic_output
+from paraphrastic.preprocess import wmt
 
 LANGS = ("ar", "de", "es", "fr", "ru", "tr", "zh")
 # bitext file names per language: the two-letter code, or NTREX's three-letter codes (both Chinese scripts)
@@ -30,14 +33,17 @@ CODES = {
 }
 
 
-def bitext_files(data: Path, lang: str) -> list[Path]:
-    """Every en-<lang> bitext file but Tatoeba-Challenge (near-duplicates of the Tatoeba test) and the
-    paragraph-long files (WMT 2024 paragraphs, XQuAD contexts)."""
+def bitext_files(data: Path, lang: str, with_wmt: bool = False) -> list[Path]:
+    """Every en-<lang> bitext file but Tatoeba-Challenge (near-duplicates of the Tatoeba test), the
+    paragraph-long files (WMT 2024 paragraphs, XQuAD contexts) and, unless `with_wmt`, the WMT systems' outputs."""
     name = re.compile(rf"en-({CODES[lang]})(\..*)?\.tsv\.gz$")
     return [
         p
         for p in sorted((data / "train" / "bitext").glob("*/*.tsv.gz"))
-        if name.match(p.name) and "tatoeba" not in p.parent.name and not re.search("paragraphs|contexts", p.name)
+        if name.match(p.name)
+        and "tatoeba" not in p.parent.name
+        and (with_wmt or p.parent.name != wmt.BITEXT.name)
+        and not re.search("paragraphs|contexts", p.name)
     ]
 
 
@@ -82,15 +88,18 @@ def main() -> None:
     p.add_argument("--max-mono", type=int, default=200_000, help="monolingual sentences per language (200,000)")
     p.add_argument("--max-en", type=int, default=100_000, help="English sentences (100,000)")
     p.add_argument("--heldout", type=int, default=300, help="held-apart bitext pairs per language (300)")
+    p.add_argument("--wmt", action="store_true", help="add the WMT systems' bitext (the held-apart sets left out)")
     args = p.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    never = wmt.held_apart_sentences(args.data_dir) if (args.data_dir / wmt.GROUPS).exists() else set()
     train = []
     for lang in LANGS:
         with gzip.open(args.data_dir / "train" / "foreign_text" / f"{lang}.txt.gz", "rt", encoding="utf-8") as f:
             mono = distinct(line.strip() for line in f)
         random.Random(lang).shuffle(mono)
         write_lines(args.out_dir / f"mono.{lang}.txt", mono[: args.max_mono])
-        pairs = list(dict.fromkeys(pair for path in bitext_files(args.data_dir, lang) for pair in bitext_pairs(path)))
+        files = bitext_files(args.data_dir, lang, args.wmt)
+        pairs = list(dict.fromkeys(pair for path in files for pair in bitext_pairs(path) if pair[0] not in never))
         random.Random(lang).shuffle(pairs)
         held, rest = pairs[: args.heldout], pairs[args.heldout :]
         held_sides = {s for pair in held for s in pair}

@@ -34,6 +34,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
+wmt=${WMT:-0} model=${MODEL_OUT:-data/models/default.pt}
 vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} neighbours=${NEIGHBOURS:-3} soft=${SOFT:-0.05} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3} device=${DEVICE:-cpu}
 mkdir -p "$out"
 step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
@@ -52,19 +53,22 @@ out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 (out / "sp.tmp").write_bytes(train_sentencepiece(out / "lower.txt", vocab, folding=True))
 (out / "sp.tmp").rename(out / "sp.model")
 PY
-head -n "$labelled" "$out/distill.txt" > "$out/labelled.txt"  # the sentences the teacher labels (targets.npy's rows)
-[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" "$labelled" "$teachers" "$device" <<'PY'
+if [ "$wmt" != 0 ] && [ ! -f "$out/wmt.txt" ]; then
+  step wmt-sentences bash -c "python scripts/english_sentences.py '$data' --wmt > '$out/wmt.tmp' && mv '$out/wmt.tmp' '$out/wmt.txt'"
+fi
+{ head -n "$labelled" "$out/distill.txt"; [ "$wmt" = 0 ] || head -n "$wmt" "$out/wmt.txt"; } > "$out/labelled.txt"  # targets.npy's rows
+[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" "$teachers" "$device" <<'PY'
 import sys
 from pathlib import Path
 import numpy as np, torch
 from paraphrastic.fileio import read_lines
 from paraphrastic.models import SPModel, Tokenizer
 from paraphrastic.teacher import encode_teachers, fit_pca, initial_table, load_teacher, piece_probabilities, piece_texts, save_npy
-out, dim, labelled = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+out, dim = Path(sys.argv[1]), int(sys.argv[2])
 tokenizer = Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
-teachers = {name: load_teacher(name, sys.argv[5]) for name in sys.argv[4].split(",")}
+teachers = {name: load_teacher(name, sys.argv[4]) for name in sys.argv[3].split(",")}
 pieces = encode_teachers(teachers, piece_texts(tokenizer))
-raw = encode_teachers(teachers, read_lines(out / "distill.txt")[:labelled])
+raw = encode_teachers(teachers, read_lines(out / "labelled.txt"))
 sample = np.random.default_rng(0).choice(len(raw), min(200_000, len(raw)), replace=False)
 pca = fit_pca(raw[sample], dim)
 table = initial_table(pieces, piece_probabilities(tokenizer, out / "distill.txt"), pca, 1e-3)
@@ -76,14 +80,15 @@ PY
 relate_args=
 if [ "$relate" != 0 ]; then
   relate_args="--relate '$out/words.txt' '$out/words.npy' --relate-weight $relate"
-  [ -f "$out/words.npy" ] || step words python - "$out" "$device" <<'PY'
+  [ -f "$out/words.npy" ] || step words python - "$out" "$device" "$labelled" <<'PY'
 import sys
 from pathlib import Path
 from paraphrastic.fileio import atomic_path, read_lines
 from paraphrastic.teacher import DEFAULT_TEACHER, contextual_word_vectors, load_teacher, save_npy
 out = Path(sys.argv[1])
 teacher = load_teacher(DEFAULT_TEACHER, sys.argv[2])
-words, vectors = contextual_word_vectors(teacher, DEFAULT_TEACHER, read_lines(out / "labelled.txt"))
+sentences = read_lines(out / "distill.txt")[: int(sys.argv[3])]  # the LABELLED sentences, without the WMT ones
+words, vectors = contextual_word_vectors(teacher, DEFAULT_TEACHER, sentences)
 with atomic_path(out / "words.txt") as tmp:
     tmp.write_text("\n".join(words) + "\n", encoding="utf-8")
 save_npy(out / "words.npy", vectors)  # last: its presence means the step is done
@@ -97,5 +102,5 @@ fi
     --distill-contrastive $contrastive --distill-temperature 0.1 --distill-neighbours $neighbours --distill-soft $soft \
     $relate_args \
     --lr 0.001 --max-steps 6000 --save-every 500 --dev-file $(printf "'%s' " "${dev[@]}")&& touch '$out/train/done'"
-step center python scripts/center_model.py "$out/train/best.pt" "$out/distill.txt" data/models/default.pt --precision "$precision" --dev-file "${dev[@]}"
-step evaluate paraphrastic-evaluate --load-file data/models/default.pt --tasks sts,sts17,stsb,sick --json "$out/eval.json"
+step center python scripts/center_model.py "$out/train/best.pt" "$out/distill.txt" "$model" --precision "$precision" --dev-file "${dev[@]}"
+step evaluate paraphrastic-evaluate --load-file "$model" --tasks sts,sts17,stsb,sick --json "$out/eval.json"

@@ -175,7 +175,7 @@ def sp_model(sp_bytes: bytes, dim: int = 4) -> models.SPModel:
     return models.SPModel(tokenizer, torch.zeros(len(tokenizer), dim))
 
 
-EVERY_EXTRA = "test,preprocess,interop,teacher,multilingual,mine,demo,ray"  # what .ci/run installs
+EVERY_EXTRA = "test,preprocess,interop,teacher,multilingual,mine,demo,ray,integrations"  # what .ci/run installs
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

