@@ -3,12 +3,17 @@ Hadoop's and Spark's output committers: claim the folder, stage, commit work ite
 
     OUT/_claim             the run that owns the folder (held under an exclusive lock while it runs)
     OUT/_temporary/        staging: job.json (what the run is of), items/NNNNNN.json (committed items), parts
+                           named part-*.parquet.staged, which no reader's glob of *.parquet reaches
     OUT/part-*.parquet     published parts, moved out of staging only once every item is committed
-    OUT/_SUCCESS           the manifest (inputs, model, options, every part and its rows), written last
+    OUT/_manifest.parquet  the manifest (inputs, model, options, every part and its rows) in the key-value metadata
+                           of a Parquet file of no rows and the parts' columns, so that a folder read adds nothing
+    OUT/_SUCCESS           empty, written last: the folder is finished (Hadoop's marker)
 
 A folder is claimed by linking a locked file as `_claim` (an atomic step: of two runs exactly one gets it); the
 lock dies with its process, so a later run can tell a running job from a stopped one. A reader trusts a folder
-only when `_SUCCESS` is there, and reads exactly the parts it lists. A stopped run is finished by the same command
+only when `_SUCCESS` is there, and reads exactly the parts the manifest lists. The finished folder holds Parquet
+files and one empty file, which DuckDB, polars, pyarrow, pandas and Ray Data read as a folder or a glob; while a
+run is unfinished they find no Parquet rows, or refuse (`_claim`). A stopped run is finished by the same command
 with --resume: the staged job must be of the same inputs (content hashes), model and options, and only the work
 items without a commit record run again.
 """
@@ -29,8 +34,10 @@ from pathlib import Path
 
 from paraphrastic.fileio import InputError, OutputError, atomic_output, left_by_dead
 
-CLAIM, STAGING, MANIFEST = "_claim", "_temporary", "_SUCCESS"
+CLAIM, STAGING, MANIFEST, DONE = "_claim", "_temporary", "_manifest.parquet", "_SUCCESS"
+STAGED = ".staged"  # a staged part's suffix: part-*.parquet.staged
 FORMAT = "paraphrastic-parts"
+KEY = b"paraphrastic"  # the manifest's key in the Parquet metadata
 
 
 def now() -> str:
@@ -68,8 +75,8 @@ class Job:
         out = Path(out)
         if out.exists() and not out.is_dir():
             raise InputError(f"{out}: is a file; --output-dir takes a folder (new or empty)")
-        if resume and (out / MANIFEST).exists():
-            said = check_same(out, read_json(out / MANIFEST), spec, "finished run")
+        if resume and (out / DONE).exists():
+            said = check_same(out, manifest(out), spec, "finished run")
             clear_finished(out)
             raise Finished(said)
         made = not out.exists()
@@ -102,7 +109,7 @@ class Job:
             return
         ours = (CLAIM, STAGING) if took_over else (CLAIM,)
         others = sorted(p.name for p in self.out.iterdir() if p.name not in ours)
-        if (self.out / MANIFEST).exists():
+        if (self.out / DONE).exists() or (self.out / MANIFEST).exists():
             raise InputError(f"{self.out}: holds the finished output of an earlier run; give a new --output-dir")
         if others:
             raise InputError(
@@ -119,7 +126,7 @@ class Job:
         records = {}
         for path in (self.staging / "items").glob("*.json"):
             record = read_json(path)
-            if all((self.staging / name).exists() or (self.out / name).exists() for name in record["parts"]):
+            if all((self.staging / (name + STAGED)).exists() or (self.out / name).exists() for name in record["parts"]):
                 records[int(record["item"])] = record
         return records
 
@@ -128,19 +135,22 @@ class Job:
         write_json(self.staging / "items" / f"{int(record['item']):06d}.json", record)
 
     def publish(self, records: dict[int, dict], totals: dict) -> dict:
-        """Move every committed item's parts out of staging, in order, then write the manifest last; a crash in
-        between leaves a folder without `_SUCCESS`, which --resume finishes (a part moved already is kept)."""
+        """Move every committed item's parts out of staging, in order, then write the manifest and `_SUCCESS` last;
+        a crash in between leaves a folder without `_SUCCESS`, which --resume finishes (a part moved already is
+        kept)."""
         parts = []
         for k in sorted(records):
             for name, rows in zip(records[k]["parts"], records[k]["part_rows"], strict=True):
-                if (self.staging / name).exists():
-                    os.replace(self.staging / name, self.out / name)
+                if (self.staging / (name + STAGED)).exists():
+                    os.replace(self.staging / (name + STAGED), self.out / name)
                 parts.append({"name": name, "rows": rows})
-        manifest = {"format": FORMAT, "version": 1, **self.spec, "run": self.record, "finished": now()}
+        manifest = {"format": FORMAT, "version": 2, **self.spec, "run": self.record, "finished": now()}
         manifest |= totals | {"rows": sum(p["rows"] for p in parts), "parts": parts}
         for old in left_by_dead(self.out, f".{CLAIM}"):  # a killed run's claim, never linked (its half-written
-            old.unlink(missing_ok=True)  # manifest goes as write_json's atomic write begins)
-        write_json(self.out / MANIFEST, manifest)
+            old.unlink(missing_ok=True)  # manifest goes as the atomic write begins)
+        write_manifest(self.out, manifest)
+        with atomic_output(self.out / DONE, "wb"):
+            pass
         self.release(keep=False)  # the staging and the claim go
         return manifest
 
@@ -287,18 +297,43 @@ def check_same(out: Path, staged: dict, spec: dict, what: str) -> str:
     return f"{out}: finished already ({rows} rows); nothing to do" if rows is not None else ""
 
 
+def write_manifest(out: Path, data: dict) -> None:
+    """The manifest as the metadata of a Parquet file of no rows, with the columns of the first part (a file and a
+    line column where there is none), so that every reader of the folder adds no row and no column from it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    first = out / data["parts"][0]["name"] if data["parts"] else None
+    schema = pq.read_schema(first) if first else pa.schema([("file", pa.string()), ("line", pa.int64())])
+    table = schema.with_metadata({KEY: json.dumps(data).encode()}).empty_table()
+    with atomic_output(out / MANIFEST, "wb") as f:
+        pq.write_table(table, f)
+
+
+def read_manifest(path: Path) -> dict:
+    """The manifest kept in a Parquet file's metadata, or one InputError saying what is wrong with the file."""
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+        data = json.loads(metadata[KEY])
+    except Exception as e:  # pyarrow's errors for a damaged file, KeyError, JSON's
+        raise InputError(f"{path}: not a manifest this toolkit wrote whole ({type(e).__name__})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("parts"), list):
+        raise InputError(f"{path}: not a manifest of paraphrastic's parts")
+    return data
+
+
 def manifest(folder: str | os.PathLike) -> dict:
     """The manifest of a finished output folder, or one InputError saying what is missing and why."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: no such folder")
-    if not (folder / MANIFEST).exists():
-        if (folder / CLAIM).exists() or (folder / STAGING).exists():
-            raise InputError(f"{folder}: has no {MANIFEST}: its run has not finished. {refusal(folder)}")
-        raise InputError(f"{folder}: has no {MANIFEST} manifest: not a finished output of --engine ray")
-    data = read_json(folder / MANIFEST)
-    if data.get("format") != FORMAT or not isinstance(data.get("parts"), list):
-        raise InputError(f"{folder / MANIFEST}: not a manifest of paraphrastic's parts")
+    if not (folder / DONE).exists():
+        if (folder / CLAIM).exists() or (folder / STAGING).exists() or (folder / MANIFEST).exists():
+            raise InputError(f"{folder}: has no {DONE}: its run has not finished. {refusal(folder)}")
+        raise InputError(f"{folder}: has no {DONE}: not a finished output of --engine ray")
+    data = read_manifest(folder / MANIFEST)
     missing = [p["name"] for p in data["parts"] if not (folder / p["name"]).is_file()]
     if missing:
         raise InputError(f"{folder}: {len(missing)} parts its manifest lists are missing ({missing[0]}, ...)")
@@ -308,6 +343,6 @@ def manifest(folder: str | os.PathLike) -> dict:
 def output_of(path: Path) -> Path | None:
     """The output folder of ours that a file lies in (a part, or a staged part), if any."""
     for folder in (path.parent, path.parent.parent):
-        if any((folder / name).exists() for name in (CLAIM, STAGING, MANIFEST)):
+        if any((folder / name).exists() for name in (CLAIM, STAGING, MANIFEST, DONE)):
             return folder
     return None

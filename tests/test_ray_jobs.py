@@ -20,6 +20,7 @@ from paraphrastic import commit, embed_sentences, mine_bitext, score_sentence_pa
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 ROOT = Path(__file__).resolve().parent.parent
+FINISHED = sorted([commit.DONE, commit.MANIFEST])  # what a finished folder holds beside its parts
 
 
 @pytest.fixture(scope="module")
@@ -116,14 +117,14 @@ def test_a_driver_killed_at_random_moments_resumes_to_the_straight_run(cluster, 
         time.sleep(0.3 + (span - 0.3) * (seed + random.Random(seed).random()) / kills)
         proc.kill()
         proc.wait()
-        if out.exists() and not (out / commit.MANIFEST).exists():
+        if out.exists() and not (out / commit.DONE).exists():
             with pytest.raises(Exception, match="has not finished|no _SUCCESS"):
                 rows_of(out)
         args = ["--engine", "ray", "--address", cluster, "--input", *map(str, inputs), "--output-dir", str(out)]
         resume = ["--load-file", str(tiny_model_file), "--quiet", "--resume", "--threads", "1"]  # 1 actor: 2 s less
         assert embed_sentences.main([*args, *resume]) == 0
         assert rows_of(out) == want, f"seed {seed}"
-        assert sorted(p.name for p in out.iterdir() if not p.name.startswith("part-")) == [commit.MANIFEST]
+        assert sorted(p.name for p in out.iterdir() if not p.name.startswith("part-")) == FINISHED
 
 
 def test_two_runs_started_together_into_one_folder_one_wins(cluster, tiny_model_file, inputs, tmp_path):
@@ -181,21 +182,23 @@ def test_a_claimed_folder_is_refused_while_its_run_holds_it(tmp_path):
         commit.Job.open(tmp_path / "o", spec | {"inputs": [{"path": "x"}]}, resume=True)
     job = commit.Job.open(tmp_path / "o", spec, resume=True)
     job.publish({}, {})
-    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [commit.MANIFEST]
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == FINISHED
 
 
 def test_a_run_resumed_after_a_kill_mid_manifest_or_mid_claim_leaves_only_its_output(tmp_path):
-    """A driver killed while it wrote _SUCCESS (its temporary, never renamed) or its claim (never linked): the run
+    """A driver killed while it wrote its manifest or _SUCCESS (their temporaries, never renamed) or its claim (never
+    linked): the run
     that resumes it publishes the output, and nothing of the killed one is left beside it (the fresh-clone CI once
     found a `._SUCCESS.PID.*.tmp` there)."""
     spec = {"kind": "embed", "inputs": [], "model": {}, "options": {}, "items": []}
     job = commit.Job.open(tmp_path / "o", spec)
     job.release(keep=True)  # as a killed run leaves it
     dead = dead_pid()
-    (tmp_path / "o" / f".{commit.MANIFEST}.{dead}.abcd1234.tmp").write_text('{"half": ')
+    (tmp_path / "o" / f".{commit.MANIFEST}.{dead}.abcd1234.tmp").write_text("PAR1 half")
+    (tmp_path / "o" / f".{commit.DONE}.{dead}.abcd1234.tmp").write_text("")
     (tmp_path / "o" / f".{commit.CLAIM}.{dead}.{'f' * 32}.tmp").write_text("{}")
     commit.Job.open(tmp_path / "o", spec, resume=True).publish({}, {})
-    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [commit.MANIFEST]
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == FINISHED
 
 
 def test_resume_clears_what_a_run_killed_after_its_manifest_left(tmp_path, monkeypatch):
@@ -206,13 +209,13 @@ def test_resume_clears_what_a_run_killed_after_its_manifest_left(tmp_path, monke
     with monkeypatch.context() as patched:
         patched.setattr(commit.Job, "release", lambda self, keep: None)  # the kill, right after the manifest
         job.publish({}, {})
-    left = sorted([commit.CLAIM, commit.MANIFEST, commit.STAGING])
+    left = sorted([commit.CLAIM, commit.DONE, commit.MANIFEST, commit.STAGING])
     for alive in (True, False):
         if not alive:
             job.handle.close()  # the process is gone, and its lock with it
         with pytest.raises(commit.Finished, match="finished already"):
             commit.Job.open(tmp_path / "o", spec, resume=True)
-        assert sorted(p.name for p in (tmp_path / "o").iterdir()) == (left if alive else [commit.MANIFEST])
+        assert sorted(p.name for p in (tmp_path / "o").iterdir()) == (left if alive else FINISHED)
     assert commit.manifest(tmp_path / "o")["rows"] == 0
 
 
@@ -360,3 +363,46 @@ def test_a_lost_node_the_run_finishes_on_the_other(tiny_model_file, tmp_path):
     args = ["--sentence-file", str(whole), "--output-file", str(one), "--load-file", str(tiny_model_file), "--quiet"]
     assert embed_sentences.main(args) == 0
     assert np.load(one).tobytes() == vectors
+
+
+def folder_readers() -> dict:
+    """How people read a folder of Parquet parts: each reader's row count of a folder (or its error)."""
+    duckdb, pl, pd, ds = need("duckdb"), need("polars"), need("pandas"), need("pyarrow.dataset")
+    ray = need("ray")
+    sql = "select count(*) from read_parquet('{}')"
+    return {
+        "pyarrow.dataset": lambda out: ds.dataset(out, format="parquet").count_rows(),
+        "pandas": lambda out: len(pd.read_parquet(out)),
+        "duckdb folder": lambda out: duckdb.sql(sql.format(out)).fetchall()[0][0],
+        "duckdb *.parquet": lambda out: duckdb.sql(sql.format(f"{out}/*.parquet")).fetchall()[0][0],
+        "polars folder": lambda out: pl.scan_parquet(out).select(pl.len()).collect().item(),
+        "polars **/*.parquet": lambda out: pl.scan_parquet(f"{out}/**/*.parquet").select(pl.len()).collect().item(),
+        "ray data": lambda out: ray.data.read_parquet(str(out)).count(),
+    }
+
+
+def test_every_common_reader_reads_a_finished_folder_whole_and_no_staged_row(
+    cluster, tiny_model_file, inputs, tmp_path
+):
+    """DuckDB, polars, pandas, pyarrow and Ray Data, on the folder and on globs: a finished folder gives every row
+    exactly once, and a folder whose run was stopped with items committed gives 0 rows or an error, never a row of
+    its staged parts."""
+    readers = folder_readers()
+    want = straight(cluster, tiny_model_file, inputs, tmp_path / "done")
+    assert sorted(p.name for p in (tmp_path / "done").iterdir() if not p.name.startswith("part-")) == FINISHED
+    for name, count in readers.items():
+        assert count(tmp_path / "done") == len(want[0]), name
+    stopped = tmp_path / "stopped"
+    cmd = embed_cmd(tiny_model_file, stopped, "--address", cluster, "--quiet", "--input", *map(str, inputs))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not list((stopped / commit.STAGING / "items").glob("*.json")) and proc.poll() is None:
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert list(stopped.glob(f"{commit.STAGING}/*{commit.STAGED}")) and not (stopped / commit.DONE).exists()
+    for name, count in readers.items():
+        try:
+            rows = count(stopped)
+        except Exception:  # a refusal is a right answer too
+            continue
+        assert rows == 0, name
