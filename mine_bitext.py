@@ -72,6 +72,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--paraphrase", metavar="FILE", help="mine paraphrase pairs within this one file")
     p.add_argument("--output-file", required=True, help="score<TAB>source<TAB>target lines, best first")
     p.add_argument(
+        "--line-numbers",
+        action="store_true",
+        help="write score<TAB>source line<TAB>target line<TAB>source<TAB>target (1-based line numbers, so that rows "
+        "can be dropped by number and repeated lines told apart)",
+    )
+    p.add_argument(
+        "--vectors",
+        nargs="+",
+        metavar="FILE.npy",
+        help="the files' vectors as paraphrastic-embed wrote them (one row per line; --paraphrase: one file, "
+        "bitext: source's then target's): read instead of embedding again",
+    )
+    p.add_argument(
         "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
     )
     p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
@@ -128,7 +141,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p, args, "--index flat", "an exact search has no lists to train or visit", "nlist", "nprobe", "seed"
         )
     if args.engine == "ray":
-        ray_engine.refuse_local_options(p, args, "sp_model", "device")
+        ray_engine.refuse_local_options(p, args, "sp_model", "device", "vectors")
+    if args.vectors and len(args.vectors) != (1 if args.paraphrase else 2):
+        p.error(f"--vectors takes one file per text file: {1 if args.paraphrase else 2} here")
     args.retrieval = args.retrieval or ("forward" if args.paraphrase else "max-score")
     args.threshold = DEFAULT_THRESHOLD[args.criterion] if args.threshold is None else args.threshold
     if math.isnan(args.threshold):  # no score is at least nan: the run would write nothing and say it succeeded
@@ -148,21 +163,36 @@ def scan_lines(path: Path, chunk_lines: int, strict: bool) -> tuple[np.ndarray, 
     return np.concatenate(blank or [np.zeros(0, bool)]), np.concatenate(hashes or [np.zeros(0, np.int64)])
 
 
-def mined_rows(path: Path, distinct: bool, args: argparse.Namespace) -> np.ndarray:
-    """Line numbers to mine: the non-blank lines, and with `distinct` only the first copy of each text."""
+def mined_rows(path: Path, distinct: bool, args: argparse.Namespace) -> tuple[np.ndarray, int]:
+    """Line numbers to mine (the non-blank lines, and with `distinct` only the first copy of each text), and how
+    many lines the file has."""
     blank, hashes = scan_lines(path, args.chunk_lines, args.strict)
     rows = np.flatnonzero(~blank)
     if distinct:
         rows = np.sort(rows[np.unique(hashes[rows], return_index=True)[1]])
-    return rows
+    return rows, len(blank)
 
 
-def embed_side(model, path: Path, out: Path, distinct: bool, args: argparse.Namespace) -> Side:
-    """Pick the lines a file contributes (bad text fails here, before any work), then embed it into `out`."""
-    rows = mined_rows(path, distinct, args)
+def embed_side(model, path: Path, rows: np.ndarray, out: Path, args: argparse.Namespace) -> Side:
+    """Embed a file into `out` (its lines `rows` to mine, picked before: bad text fails before any work)."""
     embed_file(model, path, out, args.dtype, batch_size=args.batch_size, chunk_lines=args.chunk_lines,
                strict=args.strict, quiet=args.quiet, truncate_dim=args.truncate_dim)  # fmt: skip
     return Side(path, np.load(out, mmap_mode="r"), rows)
+
+
+def given_side(path: Path, rows: np.ndarray, lines: int, vectors: Path, dim: int, args: argparse.Namespace) -> Side:
+    """A file's vectors read from `vectors` (--vectors), checked to be a float matrix of one row per line of the
+    model's dimension (cut to --truncate-dim)."""
+    try:
+        matrix = np.load(vectors, mmap_mode="r")
+    except (OSError, ValueError) as e:
+        raise InputError(f"{vectors}: not a readable .npy file ({e})") from None
+    if matrix.ndim != 2 or matrix.dtype.kind != "f" or len(matrix) != lines or matrix.shape[1] < dim:
+        raise InputError(
+            f"{vectors}: {matrix.dtype} rows of shape {matrix.shape}, where {path} needs float rows, one per each of "
+            f"its {lines} lines, of the model's {dim} values (paraphrastic-embed's output for that file)"
+        )
+    return Side(path, matrix[:, : args.truncate_dim or dim], rows)
 
 
 def side_rows(side: Side, positions: slice | np.ndarray) -> np.ndarray:
@@ -189,7 +219,8 @@ def index_kind(keys: int, args: argparse.Namespace) -> str:
     """flat or ivf for this many keys; IVF and large inputs need faiss, and say how to get it."""
     kind = args.index if args.index != "auto" else ("ivf" if keys >= args.ivf_min else "flat")
     if not knn.have_faiss() and (kind == "ivf" or keys >= args.ivf_min):
-        raise InputError(f"faiss is needed to search {keys:,} sentences with a {kind} index: {knn.FAISS_HINT}")
+        index = "an IVF index" if kind == "ivf" else "an exact index"
+        raise InputError(f"faiss is needed to search {keys:,} sentences with {index}: {knn.FAISS_HINT}")
     return kind
 
 
@@ -358,16 +389,19 @@ def select_pairs(source: Side, target: Side, fwd: tuple, bwd: tuple | None, args
 
 
 def write_pairs(out: Path, source: Side, target: Side, pairs: tuple, args: argparse.Namespace) -> int:
-    """Write `score<TAB>source<TAB>target` for the pairs at or above the threshold, atomically; returns how many."""
+    """Write `score<TAB>source<TAB>target` (with --line-numbers, the two 1-based line numbers before the texts) for the
+    pairs at or above the threshold, atomically; returns how many."""
     src, tgt, score = pairs
     keep = score >= args.threshold
     src_text = lines_at(source.path, src[keep], args)
     tgt_text = lines_at(target.path, tgt[keep], args)
+    numbers = [f"{a + 1}\t{b + 1}\t" for a, b in zip(src[keep].tolist(), tgt[keep].tolist(), strict=True)]
     with atomic_output(out, "w") as f:
         for i in range(0, len(src_text), args.chunk_lines):
             block = slice(i, i + args.chunk_lines)
-            lines = zip(score[keep][block].tolist(), src_text[block], tgt_text[block], strict=True)
-            f.write("".join(f"{s:.6f}\t{a}\t{b}\n" for s, a, b in lines))
+            at = numbers[block] if args.line_numbers else [""] * len(src_text[block])
+            lines = zip(score[keep][block].tolist(), at, src_text[block], tgt_text[block], strict=True)
+            f.write("".join(f"{s:.6f}\t{n}{a}\t{b}\n" for s, n, a, b in lines))
     return len(src_text)
 
 
@@ -419,7 +453,7 @@ def mine_on_ray(args: argparse.Namespace, files: list[Path]) -> int:
                 folder.mkdir()
                 ray_engine.run(items, folder, min(args.threads or cpus, cpus), model=args.load_file,
                                batch_size=args.batch_size, strict=args.strict, truncate_dim=args.truncate_dim)  # fmt: skip
-                sides.append(Side(path, None, mined_rows(path, same, args)))
+                sides.append(Side(path, None, mined_rows(path, same, args)[0]))
                 parts[path] = folder, items
 
             def nearest(keys: Side, queries: Side, k: int, args: argparse.Namespace) -> tuple:
@@ -447,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     files = [Path(p) for p in ([args.paraphrase] if args.paraphrase else [args.source, args.target])]
     for path in files:
         open_input(path)
-    refuse_same_file(args.output_file, *files, model_path(args.load_file), args.sp_model)
+    refuse_same_file(args.output_file, *files, *(args.vectors or []), model_path(args.load_file), args.sp_model)
     if args.engine == "ray":  # a bad model fails here, in one line, not in every task (read without torch)
         model = load_encoder(args.load_file)
     else:
@@ -464,9 +498,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine == "ray":
         return mine_on_ray(args, files)
     start = time.perf_counter()
+    scans = [mined_rows(path, bool(args.paraphrase), args) for path in files]
+    for mined, _ in scans:  # each side is searched as the keys: faiss, where it needs it, before any embedding
+        index_kind(len(mined), args)
     with work_dir(args) as work:
         sides = [
-            embed_side(model, path, work / f"{i}.npy", bool(args.paraphrase), args) for i, path in enumerate(files)
+            given_side(path, mined, lines, Path(args.vectors[i]), model.dim, args)
+            if args.vectors
+            else embed_side(model, path, mined, work / f"{i}.npy", args)
+            for i, (path, (mined, lines)) in enumerate(zip(files, scans, strict=True))
         ]
         source, target = sides[0], sides[-1]
         pairs = mine(source, target, args, same=bool(args.paraphrase))

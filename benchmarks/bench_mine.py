@@ -99,7 +99,7 @@ def main() -> None:
             + (["--truncate-dim", str(opts.truncate_dim)] if opts.truncate_dim else [])
         )  # fmt: skip
         clock = Clock()
-        rows = mine_bitext.mined_rows(path, True, args)
+        rows, _ = mine_bitext.mined_rows(path, True, args)
         clock.lap("scan (blank lines, duplicates)")
         embed_file(
             model,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, generated_sentences, need
 
-from paraphrastic import knn, mine_bitext
+from paraphrastic import embed_sentences, knn, mine_bitext
 from paraphrastic.mine_bitext import Side, margin, mine, nearest_keys, neighbourhood, one_to_one, parse_args
 from paraphrastic.static import DEFAULT_MODEL
 
@@ -242,6 +242,43 @@ def test_paraphrase_mode_skips_self_matches_duplicates_and_blank_lines(tiny_mode
     assert {a for _, a, _ in rows} | {b for _, _, b in rows} <= set(lines) | {"tab inside"}
     distinct = len(set(lines) - {"", "   "})
     assert distinct / 2 <= len(rows) <= distinct  # every sentence's best neighbour, pairs counted once
+
+
+def test_line_numbers_name_each_pair_and_saved_vectors_mine_the_same_pairs(tiny_model_file, tmp_path, monkeypatch):
+    """--line-numbers writes both 1-based line numbers (a repeated line is told apart by them); --vectors reads the
+    file's vectors as paraphrastic-embed wrote them and mines what embedding again mines, without embedding."""
+    lines = generated_sentences(200, seed=5)
+    lines[7] = lines[3]  # a repeat: mined once, under its first line
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    base = ["--paraphrase", tmp_path / "in.txt", "--load-file", tiny_model_file, "--threshold=-inf", "--quiet"]
+    base += ["--dtype", "float32"]  # as paraphrastic-embed writes them
+    assert mine_bitext.main([*map(str, base), "--output-file", str(tmp_path / "plain.tsv")]) == 0
+    assert mine_bitext.main([*map(str, base), "--output-file", str(tmp_path / "n.tsv"), "--line-numbers"]) == 0
+    numbered = [line.split("\t") for line in (tmp_path / "n.tsv").read_text().splitlines()]
+    plain = [line.split("\t") for line in (tmp_path / "plain.tsv").read_text().splitlines()]
+    assert [[r[0], r[3], r[4]] for r in numbered] == plain
+    assert all(lines[int(a) - 1] == s and lines[int(b) - 1] == t for _, a, b, s, t in numbered)
+    assert "8" not in {n for r in numbered for n in r[1:3]}  # line 8 repeats line 4
+    vectors = tmp_path / "v.npy"
+    assert embed_sentences.main(["--sentence-file", str(tmp_path / "in.txt"), "--output-file", str(vectors),
+                                 "--load-file", str(tiny_model_file), "--quiet"]) == 0  # fmt: skip
+    monkeypatch.setattr(mine_bitext, "embed_file", None)  # no embedding: a call would fail
+    given = [*map(str, base), "--output-file", str(tmp_path / "v.tsv"), "--line-numbers", "--vectors", str(vectors)]
+    assert mine_bitext.main(given) == 0
+    again = [line.split("\t") for line in (tmp_path / "v.tsv").read_text().splitlines()]
+    assert again == numbered
+    np.save(tmp_path / "short.npy", np.load(vectors)[:10])
+    short = run_mine(*base, "--output-file", tmp_path / "x.tsv", "--vectors", tmp_path / "short.npy")
+    assert short.returncode == 2 and "short.npy: float32 rows of shape (10, 16), where" in short.stderr
+
+
+def test_without_faiss_a_large_input_is_refused_before_it_is_embedded(tiny_model_file, tmp_path, monkeypatch, capsys):
+    (tmp_path / "in.txt").write_text("\n".join(generated_sentences(300, seed=6)) + "\n")
+    monkeypatch.setattr(knn, "have_faiss", lambda: False)
+    monkeypatch.setattr(mine_bitext, "embed_file", None)  # embedding first would fail another way
+    args = ["--paraphrase", tmp_path / "in.txt", "--load-file", tiny_model_file, "--output-file", tmp_path / "o.tsv"]
+    assert mine_bitext.main([*map(str, args), "--ivf-min", "100", "--quiet"]) == 2
+    assert "faiss is needed to search 292 sentences with an IVF index: pip install" in capsys.readouterr().err
 
 
 def test_a_file_with_one_usable_line_or_none_mines_nothing(tiny_model_file, tmp_path):
