@@ -20,7 +20,7 @@ __all__ = ["load_encoder", "load_model", "__version__"]
 
 
 def load_encoder(path: str | os.PathLike | None = None, sp_model=None, device: str | None = None) -> Encoding:
-    """The model to embed with: a StaticModel where it can be one (our SP checkpoint, on the CPU), read without
+    """The model to embed with: an SPEncoder where it can be one (our SP checkpoint, on the CPU), read without
     torch; anything else (other layouts, other encoders, a GPU, a file the torch-free reader does not take) through
     models.load_model. It lives here, above both readers, so that the torch-free one never imports the torch one."""
     if sp_model is None and device in (None, "cpu"):

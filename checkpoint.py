@@ -19,7 +19,7 @@ import numpy as np
 
 from paraphrastic.fileio import ModelError
 from paraphrastic.pieces import Tokenizer
-from paraphrastic.static import StaticModel
+from paraphrastic.static import SPEncoder
 
 FORMAT = "paraphrastic-sp"
 FORMAT_VERSION = 1
@@ -302,8 +302,8 @@ def checked_finite(table, path: Path):
     return table
 
 
-def static_from_checkpoint(state: dict, path: Path) -> StaticModel | None:
-    """A StaticModel from `read_checkpoint`'s contents; None for a model that is not SP alone. An int8 table is
+def static_from_checkpoint(state: dict, path: Path) -> SPEncoder | None:
+    """An SPEncoder from `read_checkpoint`'s contents; None for a model that is not SP alone. An int8 table is
     scaled to float32 in a thread while checkpoint_fields checks the fields and loads sentencepiece: both let go of
     the GIL, so with two cores the load takes the longer of the two, not their sum (docs/benchmarks.md). What the
     thread made is used only once the fields are found sound."""
@@ -320,7 +320,7 @@ def static_from_checkpoint(state: dict, path: Path) -> StaticModel | None:
         return None
     table = scaled[0] if scaled else float_table(fields)  # the thread's failure on sound fields is raised here
     table = checked_finite(np.ascontiguousarray(table, np.float32), path)
-    return StaticModel(fields["tokenizer"], table, fields["config"], fields["piece_rows"], fields["unk_row"])
+    return SPEncoder(fields["tokenizer"], table, fields["config"], fields["piece_rows"], fields["unk_row"])
 
 
 def scale_into(out: list, state: dict) -> None:

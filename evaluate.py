@@ -600,8 +600,14 @@ def main(argv: list[str] | None = None) -> int:
     print(report(results, compare))
     if args.compare and not compare:
         print(f"\nnote: {MULTILINGUAL_NOTE}")
-    if static.english_only(args.load_file) and set(args.tasks) & {"sts17", *RETRIEVAL}:
-        print(f"\nnote: {static.ENGLISH_ONLY} (STS 2017's other pairs, {', '.join(RETRIEVAL)} are cross-lingual)")
+    crossing = f"(STS 2017's other pairs, {', '.join(RETRIEVAL)} are cross-lingual)"
+    if set(args.tasks) & {"sts17", *RETRIEVAL} and static.english_only(args.load_file):
+        print(f"\nnote: {static.ENGLISH_ONLY} {crossing}")
+    elif set(args.tasks) & {"sts17", *RETRIEVAL} and not model.config.get("multilingual"):
+        print(
+            f"\nnote: {args.load_file} is not marked multilingual: a model trained on one language scores "
+            f"near chance across languages {crossing}; train on bitext for them (docs/training.md)"
+        )
     print(f"\n{model!r}; evaluated in {seconds:.1f} s")
     if args.json:
         meta = {"model": args.load_file, "data_dir": str(args.data_dir), "seconds": seconds}

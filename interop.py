@@ -26,7 +26,7 @@ from paraphrastic import load_encoder
 from paraphrastic.cli import cli_parser, run_cli
 from paraphrastic.fileio import ModelError, atomic_output, install_hint, make_folder
 from paraphrastic.pieces import Tokenizer
-from paraphrastic.static import CHECKED, SP_FILE, StaticModel
+from paraphrastic.static import CHECKED, SP_FILE, SPEncoder
 
 if TYPE_CHECKING:
     import tokenizers
@@ -111,11 +111,12 @@ def hf_tokenizer(tokenizer: Tokenizer) -> tokenizers.Tokenizer:
     return hf
 
 
-def export_folder(model: SPModel | StaticModel, folder: str | os.PathLike) -> Path:
+def export_folder(model: SPModel | SPEncoder, folder: str | os.PathLike, overwrite: bool = False) -> Path:
     """Write `model` (load_model's or load_encoder's) as a static-embedding folder that sentence-transformers and
     model2vec load. Its table is float32, what both read: 78 MiB for the shipped English model, whose own file
-    holds int8 rows (21.8 MiB). `folder` is new, empty, or an earlier export: no other file is written among."""
-    if isinstance(model, StaticModel):
+    holds int8 rows (21.8 MiB). `folder` is new or empty, or with `overwrite` an earlier export: no other file is
+    written among, and no earlier export is replaced unasked."""
+    if isinstance(model, SPEncoder):
         table = model.table
     else:
         from paraphrastic.models import SPModel  # a model that load_model read: torch is imported already
@@ -136,6 +137,8 @@ def export_folder(model: SPModel | StaticModel, folder: str | os.PathLike) -> Pa
     if folder.is_dir() and (others := sorted(p.name for p in folder.iterdir() if not exported(p.name))):
         raise ModelError(f"{folder}: holds files of its own ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); "
                          "export into a new or empty folder")  # fmt: skip
+    if folder.is_dir() and not overwrite and any((folder / name).exists() for name in EXPORTED):
+        raise ModelError(f"{folder}: holds an earlier export; give --overwrite to replace it, or a new folder")
     make_folder(folder)
     config = {
         "model_type": "model2vec",
@@ -175,9 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         "--load-file", type=Path, help="model to export: a file, or a shipped model's name (default: the English one)"
     )
     parser.add_argument("--output-dir", type=Path, required=True, help="folder to write (created if missing)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output-dir")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv[1:] if argv[:1] == ["export"] else argv)  # `export` was once a subcommand
-    folder = export_folder(load_encoder(args.load_file), args.output_dir)  # our checkpoints read without torch
+    folder = export_folder(load_encoder(args.load_file), args.output_dir, args.overwrite)  # read without torch
     print(f"wrote {folder}: load it with SentenceTransformer({str(folder)!r}) or StaticModel.from_pretrained")
     return 0
 

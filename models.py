@@ -3,7 +3,7 @@
 SP (Wieting et al., "Paraphrastic Representations at Scale") averages the embeddings of a sentence's
 sentencepiece pieces. This module holds the torch model classes (trained by train.py, run on a GPU), the
 self-contained checkpoint format and `load_model`. The tokenizer and the `encode` / `score_raw_text` API are
-static.py's, shared with its torch-free StaticModel. The seed papers' other encoders (WORD, TRIGRAM, LSTM,
+static.py's, shared with its torch-free SPEncoder. The seed papers' other encoders (WORD, TRIGRAM, LSTM,
 BLSTM, GRAN and their combinations) are parts of the same `Model`; their tokenizers and poolings are in
 encoders.py.
 """

@@ -1,8 +1,8 @@
 """Text to vectors without torch: the pooling, the embedding API, and our SP checkpoints read as a numpy table
-(`StaticModel`; `paraphrastic.load_encoder` picks it where it can). The piece ids come from `pieces.Tokenizer`.
+(`SPEncoder`; `paraphrastic.load_encoder` picks it where it can). The piece ids come from `pieces.Tokenizer`.
 
 Importing torch takes about a second, several times the rest of a small job (paraphrastic-embed on the example's ten
-lines takes a third of a second without it). A StaticModel pools with scipy's sparse product until a process has
+lines takes a third of a second without it). An SPEncoder pools with scipy's sparse product until a process has
 pooled enough text to repay torch's import, then with torch's embedding_bag, about three times faster; a small batch
 of a process's first texts is summed by numpy alone, sparing scipy's import too. All of them sum a bag's rows in
 order and divide by its length, so the vectors are the torch Model's bit for bit. models.py's torch `Model` shares
@@ -601,7 +601,7 @@ def _tokens_job(model: Encoding, job: tuple[Sequence[str], int]) -> tuple[np.nda
     return model.token_ids(job[0])
 
 
-class StaticModel(Encoding):
+class SPEncoder(Encoding):
     """An SP model as a numpy table (`paraphrastic.load_encoder`): a text's vector is the mean of its pieces' rows, the same
     bits as the torch SPModel's. `piece_rows` maps piece ids to rows (-1: dropped; None: one row per piece)."""
 
@@ -619,7 +619,7 @@ class StaticModel(Encoding):
         return self.table.shape[1]
 
     def __repr__(self) -> str:
-        return f"StaticModel(rows={len(self.table)}, dim={self.dim}, lowercase={self.tokenizer.lowercase})"
+        return f"SPEncoder(rows={len(self.table)}, dim={self.dim}, lowercase={self.tokenizer.lowercase})"
 
     def token_ids(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         return self.tokenizer.encode_flat(texts, num_threads)

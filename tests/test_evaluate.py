@@ -302,6 +302,21 @@ def test_cli_compare_leaves_out_the_papers_figures_beside_a_multilingual_model(t
     assert "paper SP" not in printed and "74.6" not in printed and "not of one model for many languages" in printed
 
 
+def test_cli_notes_that_a_model_not_marked_multilingual_is_near_chance_across_languages(
+    tiny_model, data_dir, tmp_path, capsys
+):
+    tiny_model.save(tmp_path / "mine.pt")
+    argv = ["--load-file", str(tmp_path / "mine.pt"), "--data-dir", str(data_dir)]
+    assert evaluate.main([*argv, "--tasks", "sts,tatoeba"]) == 0
+    assert "mine.pt is not marked multilingual: a model trained on one language" in capsys.readouterr().out
+    assert evaluate.main([*argv, "--tasks", "sts"]) == 0  # no task across languages: no note
+    assert "multilingual" not in capsys.readouterr().out
+    tiny_model.config["multilingual"] = True
+    tiny_model.save(tmp_path / "multi.pt")
+    assert evaluate.main(["--load-file", str(tmp_path / "multi.pt"), *argv[2:], "--tasks", "tatoeba"]) == 0
+    assert "not marked multilingual" not in capsys.readouterr().out
+
+
 def test_cli_missing_model_is_a_one_line_error(data_dir, tmp_path, capsys):
     assert evaluate.main(["--load-file", str(tmp_path / "nope.pt"), "--data-dir", str(data_dir)]) == 2
     err = capsys.readouterr().err

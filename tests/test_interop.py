@@ -184,11 +184,11 @@ def test_an_interrupted_export_over_another_is_refused(tiny_model, tmp_path, mon
 
     monkeypatch.setattr(interop, "atomic_output", dies_at_the_tokenizer)
     with pytest.raises(KeyboardInterrupt):
-        interop.export_folder(other, folder)  # model.safetensors is new, the rest old
+        interop.export_folder(other, folder, overwrite=True)  # model.safetensors is new, the rest old
     with pytest.raises(models.ModelError, match="interrupted export"):
         models.load_model(folder)
     monkeypatch.setattr(interop, "atomic_output", real)
-    interop.export_folder(other, folder)
+    interop.export_folder(other, folder, overwrite=True)
     assert torch.equal(models.load_model(folder).embedding.weight, other.embedding.weight)
 
 
@@ -243,6 +243,9 @@ def test_export_command(tiny_model_file, tmp_path, capsys):
     assert capsys.readouterr().err == f"error: {tmp_path / 'taken'}: is a file; --output-dir takes a folder\n"
     assert (tmp_path / "taken").read_text() == "mine\n"
     assert interop.main(["export", "--load-file", str(tiny_model_file), "--output-dir", str(tmp_path / "old")]) == 0
+    again = ["--load-file", str(tiny_model_file), "--output-dir", str(tmp_path / "old")]
+    assert interop.main(again) == 2 and "holds an earlier export; give --overwrite" in capsys.readouterr().err
+    assert interop.main([*again, "--overwrite"]) == 0
 
 
 def test_the_torch_free_model_exports_and_a_folder_of_ones_own_files_is_refused(tmp_path):
@@ -252,7 +255,9 @@ def test_the_torch_free_model_exports_and_a_folder_of_ones_own_files_is_refused(
     torch_export = interop.export_folder(models.load_model(), tmp_path / "torch")
     for name in interop.EXPORTED:  # the same folder, byte for byte, from either loader
         assert (static_export / name).read_bytes() == (torch_export / name).read_bytes()
-    interop.export_folder(paraphrastic.load_encoder(), static_export)  # an earlier export is written over
+    with pytest.raises(models.ModelError, match="holds an earlier export; give --overwrite to replace it"):
+        interop.export_folder(paraphrastic.load_encoder(), static_export)  # never replaced unasked
+    interop.export_folder(paraphrastic.load_encoder(), static_export, overwrite=True)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("my own file")

@@ -45,7 +45,7 @@ def test_static_model_gives_the_torch_models_bits_with_either_kernel(tiny_model,
     texts = generated_sentences(3000, seed=5) + AWKWARD
     expected = models.load_model(path).embed_here(texts, batch_size=500)
     encoder = paraphrastic.load_encoder(path)
-    assert isinstance(encoder, static.StaticModel)
+    assert isinstance(encoder, static.SPEncoder)
     assert encoder.embed_here(texts, batch_size=500).tobytes() == expected.tobytes()  # torch's kernel (loaded)
     np.save(tmp_path / "texts.npy", np.array(texts, dtype=object), allow_pickle=True)
     run_without_torch(f"""
@@ -64,7 +64,7 @@ def test_static_model_reads_piece_row_maps_as_the_torch_model(sp_bytes, tmp_path
     model.save(tmp_path / "legacy.pt")
     texts = generated_sentences(200, seed=9) + AWKWARD
     encoder = paraphrastic.load_encoder(tmp_path / "legacy.pt")
-    assert isinstance(encoder, static.StaticModel)
+    assert isinstance(encoder, static.SPEncoder)
     assert encoder.embed_here(texts).tobytes() == model.embed_here(texts).tobytes()
 
 
@@ -221,7 +221,7 @@ def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tin
         except paraphrastic.fileio.ModelError as e:
             print("missing", e)
     """)
-    assert "default StaticModel" in out and "nope.pt: no such model file" in out and "dev           20" in out
+    assert "default SPEncoder" in out and "nope.pt: no such model file" in out and "dev           20" in out
     assert len(models.Tokenizer((tmp_path / "sp.model").read_bytes(), lowercase=True)) > 30
     torch_model = models.load_model(tiny_model_file)
     from paraphrastic.fileio import read_lines
