@@ -547,17 +547,22 @@ class Trainer:
             if improved:
                 self.best = mean
                 dev = {Path(k).name: v for k, v in scores.items()}
-                self.model.save(self.out / "best.pt", extra_config={**extra, "dev_pearson": dev})
+                self.model.save(
+                    self.out / "best.pt",
+                    extra_config={**extra, "dev_pearson": dev},
+                    precision=self.config.save_precision,
+                )
             text = " ".join(f"{Path(k).name}={v:.2f}" for k, v in scores.items())
             tqdm.write(f"step {self.step}: dev Pearson {text} (mean {mean:.2f}{', best' if improved else ''})")
             self._metrics({"event": "dev", "step": self.step, "epoch": self.epoch, "pearson": scores, "mean": mean})
         self._save_state(extra)
 
     def _save_state(self, extra: dict) -> None:
-        """resume.pt, then model.pt, each written atomically."""
+        """resume.pt (float32 whatever --save-precision says: the run resumes exactly), then model.pt, each written
+        atomically."""
         with atomic_output(self.out / "resume.pt") as f:
             torch.save(self.state_dict(), f)
-        self.model.save(self.out / "model.pt", extra_config=extra)
+        self.model.save(self.out / "model.pt", extra_config=extra, precision=self.config.save_precision)
 
     def dev_scores(self) -> dict[str, float]:
         """Pearson x 100 of each --dev-file (empty without dev files)."""

@@ -11,7 +11,7 @@ from paraphrastic import distributed, evaluate
 from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused
 from paraphrastic.distributed import ALONE, Ranks
 from paraphrastic.fileio import open_input, refuse_same_file
-from paraphrastic.models import Model
+from paraphrastic.models import PRECISIONS, Model
 from paraphrastic.pairs import shard_paths
 from paraphrastic.static import model_path
 
@@ -67,6 +67,7 @@ class Config:
     relate_weight: float
     margin_weight: float
     nested_dims: tuple[int, ...]
+    save_precision: str
     on_nan: str
     save_every: int
     log_every: int
@@ -303,6 +304,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a NaN/inf loss or gradient: stop, keeping the last good checkpoint (exit 3), or skip the batch",
     )
     p.add_argument("--save-every", type=at_least(0), default=0, help="also save every N updates (default: each epoch)")
+    p.add_argument(
+        "--save-precision",
+        choices=PRECISIONS,
+        default="float32",
+        help="how model.pt and best.pt store the table: int8 is a quarter of float32's bytes, as the shipped models "
+        "(resume.pt keeps float32; default %(default)s)",
+    )
     p.add_argument(
         "--log-every", type=at_least(1), default=100, help="metrics.jsonl line every N updates (default 100)"
     )

@@ -571,6 +571,24 @@ def test_nested_dims_bring_each_cut_nearer_its_targets_cut(tiny_model_file, tmp_
     assert done.returncode == 2 and "--nested-dims 16: each must be below the dimension, 16" in done.stderr
 
 
+def test_save_precision_int8_stores_a_quarter_and_the_run_still_resumes_exactly(pairs_file, sp_file, tmp_path):
+    """--save-precision int8: model.pt holds int8 rows (within a step of the float32 table), resume.pt float32, so
+    that a resumed run ends on the straight run's table."""
+    straight = tiny_args(pairs_file, sp_file, tmp_path / "f32", "--max-steps", "6", "--dim", "64")
+    assert train.main(straight) == 0
+    short = tiny_args(
+        pairs_file, sp_file, tmp_path / "i8", "--max-steps", "3", "--dim", "64", "--save-precision", "int8"
+    )
+    assert train.main(short) == 0
+    assert train.main([*short[:-6], "--max-steps", "6", "--dim", "64", "--save-precision", "int8", "--resume"]) == 0
+    exact = torch.load(tmp_path / "f32/model.pt", weights_only=True)["embedding"]
+    stored = torch.load(tmp_path / "i8/model.pt", weights_only=True)
+    assert stored["embedding"].dtype == torch.int8 and stored["embedding"].shape == exact.shape  # a quarter
+    read = weights(tmp_path / "i8/model.pt")
+    steps = exact.abs().amax(1, keepdim=True) / 127
+    assert ((read - exact).abs() <= steps * 0.51 + 1e-6).all()  # the straight run's table, rounded to int8 steps
+
+
 def test_relational_loss_is_zero_when_the_batch_cosines_match_the_teachers():
     """Only the batch's cosine matrix counts: a rotated and rescaled copy of the targets has the same one."""
     targets = torch.randn(12, 6)
