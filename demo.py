@@ -99,7 +99,8 @@ def unknown_note(model: Model, texts: list[str], what: list[str]) -> str:
     if not names:
         return ""
     hint = "" if model.config.get("multilingual") else "; for other languages and scripts try the multilingual model"
-    return (f"Note: {', '.join(names)} is mostly pieces this model does not know ([UNK]), so its vector is close to "
+    are, its = ("are", "their vectors are") if len(names) > 1 else ("is", "its vector is")
+    return (f"Note: {' and '.join(names)} {are} mostly pieces this model does not know ([UNK]), so {its} close to "
             f"the unknown piece's and the score means little{hint}.")  # fmt: skip
 
 
@@ -318,6 +319,7 @@ def build_app(
             score_button.click(
                 on_similarity, [model, a, b], [score, pieces_a, pieces_b, message], api_name="similarity"
             )
+            app.load(on_similarity, [model, a, b], [score, pieces_a, pieces_b, message])  # the example, scored
         with gr.Tab("Search", id="search"):
             upload = gr.File(label=f"Corpus: UTF-8 text, one sentence per line (default: {Path(corpus).name})",
                              type="filepath", elem_id="corpus-file")  # fmt: skip

@@ -51,6 +51,8 @@ def test_similarity_is_score_raw_text_with_pieces_and_unknown_note(tiny_model):
     _, _, pieces_b, note = demo.similarity(tiny_model, "a man", "漢字 テスト")
     assert "sentence 2 is mostly pieces this model does not know" in note and "multilingual" in note
     assert [label for _, label in pieces_b].count("unknown") >= 2
+    _, _, _, note = demo.similarity(tiny_model, "テスト", "漢字")
+    assert note.startswith("Note: sentence 1 and sentence 2 are mostly pieces") and "their vectors are" in note
 
 
 @pytest.mark.parametrize("text", [None, "", "  \n ", demo.MAX_CHARS + 1, 10_000_000], ids=str)
@@ -294,6 +296,9 @@ def page(browser, server) -> Page:
 def test_page_similarity_shows_score_raw_text_and_pieces(page, default_model):
     a, b = "The cat sits on the mat.", "A cat is sitting on a rug."
     page.tab("Similarity")
+    example = (page.value("#sentence-1 textarea"), page.value("#sentence-2 textarea"))
+    first = f"{default_model.score_raw_text([example])[0]:.4f}"
+    page.wait.until(lambda d: page.value("#score textarea") == first)  # the example is scored on load
     page.type("sentence-1", a)
     page.type("sentence-2", b)
     page.find("#score-button").click()
