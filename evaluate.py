@@ -533,7 +533,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options; bad --tasks or --batch-size exit through argparse."""
     p = cli_parser(__doc__, "paraphrastic-evaluate --tasks sts,stsb --data-dir ../shared/data")
     p.add_argument(
-        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
+        "--load-file",
+        nargs="+",
+        default=[None],
+        metavar="MODEL",
+        help="model file, or a shipped model's name: default (English; the default) or multilingual; two or more "
+        "are evaluated in turn, then set side by side",
     )
     p.add_argument("--sp-model", help="sentencepiece model of an original-release model file")
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
@@ -586,11 +591,28 @@ def main(argv: list[str] | None = None) -> int:
     if not args.data_dir.is_dir():
         raise InputError(f"{args.data_dir}: no such data folder ({FETCH})")
     langs = chosen_langs(args.data_dir, args.langs)
-    refuse_same_file(args.json, static.model_path(args.load_file), args.sp_model, args.data_dir)
+    refuse_same_file(args.json, *map(static.model_path, args.load_file), args.sp_model, args.data_dir)
     workers.use_threads(args.threads)
     from paraphrastic import load_encoder  # here: --help and argument errors come before the model's reader
 
-    model = load_encoder(args.load_file, args.sp_model, args.device)  # our SP checkpoints on the CPU: no torch
+    everything = {}
+    for name in args.load_file:
+        model = load_encoder(name, args.sp_model, args.device)  # our SP checkpoints on the CPU: no torch
+        if len(args.load_file) > 1:
+            print(f"== {name or 'default'}")
+        everything[name or "default"] = results = evaluate_one(model, name, args, langs)
+    if len(args.load_file) > 1:
+        print(side_by_side(everything))
+    if args.json:
+        data = results if len(everything) == 1 else {"models": everything}
+        with atomic_output(args.json, "w") as f:
+            json.dump(json_safe(data), f, indent=1)
+            f.write("\n")
+    return 0
+
+
+def evaluate_one(model, name: str | None, args: argparse.Namespace, langs: list[str]) -> dict:
+    """One model's tables and notes, printed; returns its figures with where they came from."""
     start = time.perf_counter()
     results = evaluate(model, args.data_dir, args.tasks, langs, args.batch_size, args.require_all)
     seconds = time.perf_counter() - start
@@ -601,20 +623,50 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare and not compare:
         print(f"\nnote: {MULTILINGUAL_NOTE}")
     crossing = f"(STS 2017's other pairs, {', '.join(RETRIEVAL)} are cross-lingual)"
-    if set(args.tasks) & {"sts17", *RETRIEVAL} and static.english_only(args.load_file):
+    if set(args.tasks) & {"sts17", *RETRIEVAL} and static.english_only(name):
         print(f"\nnote: {static.ENGLISH_ONLY} {crossing}")
     elif set(args.tasks) & {"sts17", *RETRIEVAL} and not model.config.get("multilingual"):
         print(
-            f"\nnote: {args.load_file} is not marked multilingual: a model trained on one language scores "
+            f"\nnote: {name} is not marked multilingual: a model trained on one language scores "
             f"near chance across languages {crossing}; train on bitext for them (docs/training.md)"
         )
     print(f"\n{model!r}; evaluated in {seconds:.1f} s")
-    if args.json:
-        meta = {"model": args.load_file, "data_dir": str(args.data_dir), "seconds": seconds}
-        with atomic_output(args.json, "w") as f:
-            json.dump(json_safe({**meta, **results}), f, indent=1)
-            f.write("\n")
-    return 0
+    return {"model": name, "data_dir": str(args.data_dir), "seconds": seconds, **results}
+
+
+def headline(results: dict) -> dict[str, float]:
+    """Each task's figures that a comparison reads: STS years and their mean, each pair set's Pearson, each
+    language's retrieval error and their mean."""
+    out = {}
+    if "sts" in results:
+        out |= {f"STS {y} (r)": m["pearson"] for y, m in results["sts"]["years"].items()}
+        out["STS 2012-2016 avg (r)"] = results["sts"]["avg"]["pearson"]
+    for task in ("sts17", "stsb", "sick"):
+        out |= {f"{task} {k} (r)": m["pearson"] for k, m in results.get(task, {}).get("sets", {}).items()}
+    for task in RETRIEVAL:
+        if task in results:
+            out |= {f"{task} {lang} (err)": m["mean"] for lang, m in results[task]["langs"].items()}
+            out[f"{task} avg (err)"] = results[task]["avg"]["mean"]
+    return out
+
+
+def side_by_side(everything: dict[str, dict]) -> str:
+    """The models' headline figures in one table, with each model's difference from the first."""
+    names = list(everything)
+    figures = {name: headline(r) for name, r in everything.items()}
+    rows = list(dict.fromkeys(k for f in figures.values() for k in f))
+    width = max(map(len, rows), default=10)
+    head = f"{'':<{width}}" + "".join(f" {Path(n).name[-14:]:>14}" for n in names)
+    head += "".join(f" {'-' + Path(names[0]).name[-12:]:>14}" for _ in names[1:])
+    lines = ["Side by side (r: Pearson x 100, higher is better; err: error rate x 100, lower is better)", head]
+    for row in rows:
+        values = [figures[n].get(row, math.nan) for n in names]
+        cells = "".join(f" {fmt(v, 14)}" for v in values)
+        cells += "".join(
+            f" {v - values[0]:+14.1f}" if math.isfinite(v - values[0]) else f" {'-':>14}" for v in values[1:]
+        )
+        lines.append(f"{row:<{width}}{cells}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

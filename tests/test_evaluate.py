@@ -317,6 +317,23 @@ def test_cli_notes_that_a_model_not_marked_multilingual_is_near_chance_across_la
     assert "not marked multilingual" not in capsys.readouterr().out
 
 
+def test_cli_sets_two_models_side_by_side(tiny_model, data_dir, tmp_path, capsys):
+    tiny_model.save(tmp_path / "a.pt")
+    tiny_model.embedding.weight.data.mul_(-1).add_(torch.randn_like(tiny_model.embedding.weight))
+    tiny_model.save(tmp_path / "b.pt")
+    argv = ["--load-file", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--data-dir", str(data_dir)]
+    assert evaluate.main([*argv, "--tasks", "sts,tatoeba", "--json", str(tmp_path / "both.json")]) == 0
+    printed = capsys.readouterr().out
+    table = printed[printed.index("Side by side") :].splitlines()
+    assert "a.pt" in table[1] and "b.pt" in table[1] and "-a.pt" in table[1]
+    both = json.loads((tmp_path / "both.json").read_text())["models"]
+    for label, figure in (("STS 2012-2016 avg (r)", both[str(tmp_path / "a.pt")]["sts"]["avg"]["pearson"]),):
+        row = next(line for line in table if line.startswith(label)).split()
+        b = both[str(tmp_path / "b.pt")]["sts"]["avg"]["pearson"]
+        assert row[-3:] == [f"{figure:.1f}", f"{b:.1f}", f"{b - figure:+.1f}"]
+    assert any(line.startswith("tatoeba deu (err)") for line in table)
+
+
 def test_cli_missing_model_is_a_one_line_error(data_dir, tmp_path, capsys):
     assert evaluate.main(["--load-file", str(tmp_path / "nope.pt"), "--data-dir", str(data_dir)]) == 2
     err = capsys.readouterr().err
