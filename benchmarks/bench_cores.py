@@ -278,8 +278,7 @@ from paraphrastic import models, static, workers
 lines = open(sys.argv[1], encoding="utf-8").read().splitlines()[: int(sys.argv[2])]
 torch.set_num_threads(int(sys.argv[3]))
 model = models.load_model()
-if sys.argv[4:] == ["int8"]:  # pooled from the model file's int8 rows (bench_cores.int8_pooling)
-    sys.path.insert(0, os.path.dirname(sys.argv[5]))
+if sys.argv[4:] == ["int8"]:  # pooled from the model file's int8 rows (run in benchmarks/, where bench_cores is)
     from bench_cores import int8_pooling
     model.embed_tokens = int8_pooling(model)[0]
 embed_job, pool_map, spans = static._embed_job, workers.Workers.map, []
@@ -317,9 +316,9 @@ print(len(lines) / (returned - start), freed - returned, forked - freed, first, 
 def encode_figures(n: int, text: Path, count: int, int8: bool = False) -> list[float]:
     """ENCODE's seven figures for `count` texts with `n` threads (cli_rates says which); `int8`: pooled from the
     model file's int8 rows."""
-    extra = ["int8", __file__] if int8 else []
-    done = subprocess.run([sys.executable, "-c", ENCODE, str(text), str(count), str(n), *extra], capture_output=True,
-                          text=True, check=True)  # fmt: skip
+    extra = ["int8"] if int8 else []
+    done = subprocess.run([sys.executable, "-c", ENCODE, str(Path(text).resolve()), str(count), str(n), *extra],
+                          capture_output=True, text=True, check=True, cwd=Path(__file__).parent)  # fmt: skip
     return [float(x) for x in done.stdout.split()[-7:]]
 
 
