@@ -33,17 +33,23 @@ CODES = {
 }
 
 
-def bitext_files(data: Path, lang: str, with_wmt: bool = False) -> list[Path]:
+def bitext_files(data: Path, lang: str) -> list[Path]:
     """Every en-<lang> bitext file but Tatoeba-Challenge (near-duplicates of the Tatoeba test), the
-    paragraph-long files (WMT 2024 paragraphs, XQuAD contexts) and, unless `with_wmt`, the WMT systems' outputs."""
+    paragraph-long files (WMT 2024 paragraphs, XQuAD contexts) and the WMT systems' outputs (`wmt_files`)."""
+    return [p for p in language_files(data, lang) if p.parent.name != wmt.BITEXT.name]
+
+
+def wmt_files(data: Path, lang: str) -> list[Path]:
+    """The WMT systems' en-<lang> bitext (machine translations of WMT test sets, and the reverse)."""
+    return [p for p in language_files(data, lang) if p.parent.name == wmt.BITEXT.name]
+
+
+def language_files(data: Path, lang: str) -> list[Path]:
     name = re.compile(rf"en-({CODES[lang]})(\..*)?\.tsv\.gz$")
     return [
         p
         for p in sorted((data / "train" / "bitext").glob("*/*.tsv.gz"))
-        if name.match(p.name)
-        and "tatoeba" not in p.parent.name
-        and (with_wmt or p.parent.name != wmt.BITEXT.name)
-        and not re.search("paragraphs|contexts", p.name)
+        if name.match(p.name) and "tatoeba" not in p.parent.name and not re.search("paragraphs|contexts", p.name)
     ]
 
 
@@ -98,10 +104,15 @@ def main() -> None:
             mono = distinct(line.strip() for line in f)
         random.Random(lang).shuffle(mono)
         write_lines(args.out_dir / f"mono.{lang}.txt", mono[: args.max_mono])
-        files = bitext_files(args.data_dir, lang, args.wmt)
-        pairs = list(dict.fromkeys(pair for path in files for pair in bitext_pairs(path) if pair[0] not in never))
+        pairs = list(dict.fromkeys(pair for path in bitext_files(args.data_dir, lang) for pair in bitext_pairs(path)))
         random.Random(lang).shuffle(pairs)
         held, rest = pairs[: args.heldout], pairs[args.heldout :]
+        if args.wmt:  # after the held-apart pairs are drawn, so that they are the same with or without
+            known = set(rest)
+            added = dict.fromkeys(pair for path in wmt_files(args.data_dir, lang) for pair in bitext_pairs(path))
+            added = [pair for pair in added if pair[0] not in never and pair not in known]
+            random.Random(lang).shuffle(added)
+            rest += added
         held_sides = {s for pair in held for s in pair}
         rest = [pair for pair in rest if pair[0] not in held_sides and pair[1] not in held_sides]
         write_lines(args.out_dir / f"heldout.{lang}.tsv", [f"{en}\t{xx}" for en, xx in held])
