@@ -284,8 +284,13 @@ def check_line_lengths(raw: list[bytes], path: Path, first_line: int) -> None:
 
 
 def line_limit() -> int:
-    """The longest line read, in bytes: 16 MiB, or PARAPHRASTIC_MAX_LINE_BYTES."""
-    return int(os.environ.get(LINE_LIMIT_ENV) or DEFAULT_MAX_LINE_BYTES)
+    """The longest line read, in bytes: 16 MiB, or PARAPHRASTIC_MAX_LINE_BYTES (a whole number of 1 or more)."""
+    given = os.environ.get(LINE_LIMIT_ENV) or str(DEFAULT_MAX_LINE_BYTES)
+    if not given.strip().isdigit() or int(given) < 1:
+        raise InputError(
+            f"{LINE_LIMIT_ENV}={given}: give the longest line to read in bytes, a whole number of 1 or more"
+        )
+    return int(given)
 
 
 def skip_lines(f: BinaryIO, n: int) -> None:

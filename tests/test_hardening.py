@@ -856,6 +856,12 @@ def test_a_line_over_the_limit_is_refused_naming_it(tiny_model_file, pairs_file,
         == 0
     )
     assert np.load(out).shape[0] == 3
+    for bad in ("abc", "-1", "0", "1.5"):  # not a limit: said, not a traceback, never taken as none
+        monkeypatch.setenv(fileio.LINE_LIMIT_ENV, bad)
+        done = run_main(
+            embed_sentences, capsys, "--load-file", tiny_model_file, "--sentence-file", text, "--output-file", out
+        )
+        assert_one_line_error(done, f"{fileio.LINE_LIMIT_ENV}={bad}: give the longest line to read in bytes")
 
 
 # ----------------------------------------------------------------------------- runs that interfere
