@@ -58,9 +58,20 @@ class Tokenizer:
         """Piece ids of each text (lowercased first when the model was trained lowercased). sentencepiece's call on
         a list starts a pool of threads (70 us), so fewer than SP_BATCH texts are tokenized one call a text."""
         texts = cased(texts, self.lowercase)
-        if len(texts) < SP_BATCH:
-            return [self.sp.encode(text) for text in texts]
-        return self.sp.encode(texts, num_threads=num_threads)
+        try:
+            if len(texts) < SP_BATCH:
+                return [self.sp.encode(text) for text in texts]
+            return self.sp.encode(texts, num_threads=num_threads)
+        except RuntimeError:  # pybind's "Unable to cast": a text that is not UTF-8 (a lone surrogate)
+            for text in texts:
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise ValueError(
+                        f"the text {text[:40]!r}{'...' if len(text) > 40 else ''} holds {text[e.start]!r}, a lone "
+                        "surrogate, which is no Unicode character: decode your input with errors='replace'"
+                    ) from None
+            raise
 
     def encode_flat(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """(flat ids, per-text lengths) of a batch; a text longer than SEGMENT_CHARS is tokenized in pieces cut at

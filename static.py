@@ -466,8 +466,15 @@ class Encoding:
 
 
 def is_sequence(texts) -> bool:
-    """Whether `texts` can be sliced and counted (a list, a tuple, an array): embedded whole, else streamed."""
-    return hasattr(texts, "__len__") and hasattr(texts, "__getitem__") and not isinstance(texts, Mapping)
+    """Whether `texts` can be sliced and counted (a list, a tuple, an array): embedded whole, else streamed (a
+    deque, which counts but does not slice, too)."""
+    if not hasattr(texts, "__len__") or not hasattr(texts, "__getitem__") or isinstance(texts, Mapping):
+        return False
+    try:
+        texts[:0]
+    except (TypeError, KeyError, IndexError):
+        return False
+    return True
 
 
 def text_windows(texts: Iterable[str]) -> Iterator[list[str]]:

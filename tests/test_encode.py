@@ -2,6 +2,7 @@
 memory, the same rows bit for bit), normalize_embeddings, convert_to_tensor, show_progress_bar, and errors that
 name the bad item."""
 
+import collections
 import os
 import subprocess
 import sys
@@ -266,6 +267,13 @@ def test_normalized_tensor_and_progress_bar(model, capsys):
 def test_a_bad_item_or_container_is_named(model, texts, message):
     with pytest.raises(TypeError, match=message):
         model.encode(texts)
+
+
+def test_a_deque_is_encoded_and_a_lone_surrogate_is_named(model):
+    texts = ["A man plays a guitar.", "Someone plays guitar."]
+    np.testing.assert_array_equal(model.encode(collections.deque(texts)), model.encode(texts))
+    with pytest.raises(ValueError, match=r"the text 'bad \\ud800 x' holds '\\ud800', a lone surrogate"):
+        model.encode(["fine", "bad \ud800 x"])
 
 
 def test_one_thread_freezes_what_it_held_only_while_it_embeds(model, monkeypatch):
