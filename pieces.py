@@ -6,6 +6,7 @@ rules, so that the folding travels inside the model file."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import os
@@ -184,7 +185,9 @@ def train_sentencepiece(
     text gets the pieces it supports (sentencepiece's soft limit), so tiny corpora still train.
     """
     buf = io.BytesIO()
-    with tempfile.TemporaryDirectory() as tmp:
+    # a folder only for the folding rules: a run killed while sentencepiece trains (it holds Python's signals until
+    # it is done) leaves none behind otherwise
+    with tempfile.TemporaryDirectory() if folding else contextlib.nullcontext() as tmp:
         rules = {}
         if folding:
             (Path(tmp) / "rules.tsv").write_text(folding_rules(), encoding="utf-8")

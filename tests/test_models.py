@@ -218,7 +218,11 @@ def rare_marks_text(path: Path) -> Path:
     return path
 
 
-def test_sentencepiece_keeps_every_ascii_letter_digit_and_punctuation_mark_however_rare(tmp_path):
+def test_sentencepiece_keeps_every_ascii_letter_digit_and_punctuation_mark_however_rare(tmp_path, monkeypatch):
+    def no_folder():  # a killed training would leave it in /tmp: only folding needs one
+        raise AssertionError("a temporary folder made for training without folding")
+
+    monkeypatch.setattr(pieces.tempfile, "TemporaryDirectory", no_folder)
     tokenizer = models.Tokenizer(
         pieces.train_sentencepiece(rare_marks_text(tmp_path / "t.txt"), 300, 1), lowercase=True
     )
