@@ -1,7 +1,7 @@
 """What encode's `precision` and `truncate_dim` keep: STS correlations of the shipped models' vectors as float32
 (whole, or their first 128 or 64 values), int8 and binary.
 
-    python benchmarks/bench_precision.py [--data-dir ../shared/data]
+    python benchmarks/bench_precision.py [--data-dir ../shared/data] [--models default FILE ...] [--no-retrieval]
 
 The dev sets only (STS Benchmark dev, STS 2017 en-en, STS 2012 train): every distinct sentence of them is
 embedded in one `encode(..., precision=P)` call, so the int8 steps come from those rows together, as a user's
@@ -85,13 +85,15 @@ def retrieval_table(model, root: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", type=Path, default=DATA)
+    p.add_argument("--models", nargs="+", default=["default", "multilingual"], help="names or files (%(default)s)")
+    p.add_argument("--no-retrieval", action="store_true", help="leave out the multilingual retrieval table")
     args = p.parse_args()
     sets = read_sets(args.data_dir)
     texts = sorted({t for pairs in sets.values() for t in (*pairs.s1, *pairs.s2)})
     row = {t: i for i, t in enumerate(texts)}
     print(machine_header())
     print(f"{len(texts):,} distinct sentences of {', '.join(f'{k} ({len(v.gold):,} pairs)' for k, v in sets.items())}")
-    for name in ("default", "multilingual"):
+    for name in args.models:
         model = paraphrastic.load_encoder(name)
         positive = float((model.encode(texts) > 0).mean())  # sign bits say most where half of the values are
         print(f"\n{name} model: Spearman x 100 (of its values on these sentences, {positive:.3f} are above 0)\n")
@@ -106,7 +108,8 @@ def main() -> None:
                 scores.append(evaluate.correlations(agreement(a, b, precision), pairs.gold)["spearman"])
             cells = " | ".join(f"{s:.2f}" for s in scores)
             print(f"| {way_name(precision, dims)} | {rows.shape[1] * rows.itemsize} | {cells} |")
-    retrieval_table(model, args.data_dir)
+    if not args.no_retrieval:
+        retrieval_table(paraphrastic.load_encoder("multilingual"), args.data_dir)
 
 
 if __name__ == "__main__":
