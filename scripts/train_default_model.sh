@@ -8,11 +8,13 @@
 #      punctuation mark a piece (before, the letters j, q, z, the digits 4, 6, 7 and "?", "%", "!" were unknown: too
 #      rare for character coverage 0.995), folding accents, curly quotes and dashes to ASCII ("café" reads as "cafe");
 #   3. two teachers' vectors of every piece and of the first LABELLED sentences (360,000: the training data's own
-#      268,011 and the first 91,989 Wikipedia ones): all-MiniLM-L6-v2 and multilingual USE v3, each scaled to unit
+#      268,011 and the first 91,989 Wikipedia ones), then of the first WMT (0: none) English sentences of the WMT
+#      systems' outputs (scripts/english_sentences.py --wmt: their paraphrase groups and bitext in a seeded order,
+#      the held-apart 2023 test sets never): all-MiniLM-L6-v2 and multilingual USE v3, each scaled to unit
 #      length and set side by side (teacher.encode_teachers); the slow step (the model card gives its time);
 #      PCA to DIM (256) fitted on those sentence vectors; the table = PCA'd piece vectors x a / (a + p(piece)),
 #      a = 1e-3;
-#   4. word-level targets: each word seen 3 times or more in those sentences (about 53,000), with all-MiniLM-L6-v2's
+#   4. word-level targets: each word seen 3 times or more in the LABELLED sentences (about 53,000), with all-MiniLM-L6-v2's
 #      mean contextual output for it (teacher.contextual_word_vectors; cached by content like the sentence vectors);
 #   5. paraphrastic-train: distillation only: 1 - cos toward the PCA'd teacher vector, plus CONTRASTIVE (20) x an
 #      in-batch InfoNCE loss (each sentence nearest its own target among the batch's, temperature 0.1; CONTRASTIVE=0
@@ -21,7 +23,8 @@
 #      NEIGHBOURS (3) nearest sentences by the teachers' targets among 4,096 drawn at random (hard negatives for the
 #      contrastive term, whose labels are the teachers' own distribution over the batch at temperature SOFT, 0.05;
 #      NEIGHBOURS=0 SOFT=0 give random batches and one-hot labels), lr 0.001, 6000 updates; best.pt chosen every 500
-#      on the mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train;
+#      on the mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train; NESTED="64 128" adds every loss on the
+#      vectors' first 64 and 128 values too (--nested-dims);
 #   6. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose
 #      (scripts/center_model.py), stored in PRECISION (int8: one bfloat16 scale per row, so that 80,000 rows fit
 #      25 MiB; 48,000 pieces at float16 made the previous default). DIM=512 VOCAB=48000 makes the wider model the
@@ -29,15 +32,19 @@
 # TEACHERS=a,b picks other teachers (default all-MiniLM-L6-v2,use-multilingual-v3; all-mpnet-base-v2 needs .[mpnet]).
 # DEVICE=cuda runs the sentence-transformers teachers (MiniLM, mpnet: bf16 autocast) and the training on a GPU; the
 # USE and e5 packages are CPU engines and stay there.
+# MODEL_OUT (data/models/default.pt) is where the model goes; STOP_AFTER=STEP ends the recipe after that step.
 # Needs `pip install -e .[teacher,multilingual]`. Usage: bash scripts/train_default_model.sh [OUT_DIR (runs/default)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-wmt=${WMT:-0} model=${MODEL_OUT:-data/models/default.pt}
+wmt=${WMT:-0} model=${MODEL_OUT:-data/models/default.pt} nested=${NESTED:-}
 vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} neighbours=${NEIGHBOURS:-3} soft=${SOFT:-0.05} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3} device=${DEVICE:-cpu}
 mkdir -p "$out"
-step() { local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2; }
+step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its first steps on a sample)
+  local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2
+  [ "${STOP_AFTER:-}" != "$name" ] || exit 0
+}
 
 if [ ! -f "$out/distill.txt" ]; then
   step sentences bash -c "{ python scripts/english_sentences.py '$data'; zcat '$data'/train/en_text/enwiki_early_articles.txt.gz '$data'/train/en_text/enwiki_2018_articles.txt.gz; } > '$out/distill.tmp' && mv '$out/distill.tmp' '$out/distill.txt'"
@@ -100,7 +107,7 @@ fi
     --train-file '$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz' --margin-weight 0 --megabatch-size 1 \
     --distill '$out/labelled.txt' '$out/targets.npy' --distill-batch-size 512 \
     --distill-contrastive $contrastive --distill-temperature 0.1 --distill-neighbours $neighbours --distill-soft $soft \
-    $relate_args \
+    $relate_args ${nested:+--nested-dims $nested} \
     --lr 0.001 --max-steps 6000 --save-every 500 --dev-file $(printf "'%s' " "${dev[@]}")&& touch '$out/train/done'"
 step center python scripts/center_model.py "$out/train/best.pt" "$out/distill.txt" "$model" --precision "$precision" --dev-file "${dev[@]}"
 step evaluate paraphrastic-evaluate --load-file "$model" --tasks sts,sts17,stsb,sick --json "$out/eval.json"

