@@ -655,15 +655,15 @@ def side_by_side(everything: dict[str, dict]) -> str:
     names = list(everything)
     figures = {name: headline(r) for name, r in everything.items()}
     rows = list(dict.fromkeys(k for f in figures.values() for k in f))
-    width = max(map(len, rows), default=10)
-    head = f"{'':<{width}}" + "".join(f" {Path(n).name[-14:]:>14}" for n in names)
-    head += "".join(f" {'-' + Path(names[0]).name[-12:]:>14}" for _ in names[1:])
+    width, cell = max(map(len, rows), default=10), 20
+    head = f"{'':<{width}}" + "".join(f" {n[-cell:]:>{cell}}" for n in names)  # a path's end tells files apart
+    head += "".join(f" {'-' + names[0][-cell + 1 :]:>{cell}}" for _ in names[1:])
     lines = ["Side by side (r: Pearson x 100, higher is better; err: error rate x 100, lower is better)", head]
     for row in rows:
         values = [figures[n].get(row, math.nan) for n in names]
-        cells = "".join(f" {fmt(v, 14)}" for v in values)
+        cells = "".join(f" {fmt(v, cell)}" for v in values)
         cells += "".join(
-            f" {v - values[0]:+14.1f}" if math.isfinite(v - values[0]) else f" {'-':>14}" for v in values[1:]
+            f" {v - values[0]:+{cell}.1f}" if math.isfinite(v - values[0]) else f" {'-':>{cell}}" for v in values[1:]
         )
         lines.append(f"{row:<{width}}{cells}")
     return "\n".join(lines)
