@@ -156,7 +156,7 @@ def test_a_worker_killed_mid_job_still_gives_every_line_once(engine, tiny_model_
     items = engine.plan(files, lines_per_item=40)  # several items a file
     engine.run(items, out, 2, actor=DyingParts, model=str(tiny_model_file))
     assert (out / "killed-once").exists()  # the worker did die, and its item was run again
-    table = pq.read_table(sorted(out.glob("part-*.parquet")))  # the parts run() wrote (no manifest: no job)
+    table = pq.read_table(sorted(out.glob("part-*.parquet.staged")))  # the parts run() wrote (no manifest: no job)
     keys = list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True))
     assert (
         len(keys)
@@ -192,7 +192,7 @@ def test_a_hung_worker_is_replaced_and_its_item_run_again(engine, tiny_model_fil
     items = engine.plan(files, lines_per_item=40)
     done = engine.run(items, out, 2, actor=HangingParts, model=str(tiny_model_file))
     assert (out / "hung-once").exists() and time.monotonic() - began < 60
-    table = pq.read_table(sorted(out.glob("part-*.parquet")))
+    table = pq.read_table(sorted(out.glob("part-*.parquet.staged")))
     keys = list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True))
     lines = sum(len(concatenation([f], tmp_path / "one.txt").read_bytes().splitlines()) for f in files)
     assert len(keys) == len(set(keys)) == sum(sum(r["part_rows"]) for r in done.values()) == lines

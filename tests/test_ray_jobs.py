@@ -127,6 +127,49 @@ def test_a_driver_killed_at_random_moments_resumes_to_the_straight_run(cluster, 
         assert sorted(p.name for p in out.iterdir() if not p.name.startswith("part-")) == FINISHED
 
 
+def folder_readers() -> dict:
+    """How people read a folder of Parquet parts: each reader's row count of a folder (or its error)."""
+    duckdb, pl, pd, ds = need("duckdb"), need("polars"), need("pandas"), need("pyarrow.dataset")
+    ray = need("ray")
+    sql = "select count(*) from read_parquet('{}')"
+    return {
+        "pyarrow.dataset": lambda out: ds.dataset(out, format="parquet").count_rows(),
+        "pandas": lambda out: len(pd.read_parquet(out)),
+        "duckdb folder": lambda out: duckdb.sql(sql.format(out)).fetchall()[0][0],
+        "duckdb *.parquet": lambda out: duckdb.sql(sql.format(f"{out}/*.parquet")).fetchall()[0][0],
+        "polars folder": lambda out: pl.scan_parquet(out).select(pl.len()).collect().item(),
+        "polars **/*.parquet": lambda out: pl.scan_parquet(f"{out}/**/*.parquet").select(pl.len()).collect().item(),
+        "ray data": lambda out: ray.data.read_parquet(str(out)).count(),
+    }
+
+
+def test_every_common_reader_reads_a_finished_folder_whole_and_no_staged_row(
+    cluster, tiny_model_file, inputs, tmp_path
+):
+    """DuckDB, polars, pandas, pyarrow and Ray Data, on the folder and on globs: a finished folder gives every row
+    exactly once, and a folder whose run was stopped with items committed gives 0 rows or an error, never a row of
+    its staged parts."""
+    readers = folder_readers()
+    want = straight(cluster, tiny_model_file, inputs, tmp_path / "done")
+    assert sorted(p.name for p in (tmp_path / "done").iterdir() if not p.name.startswith("part-")) == FINISHED
+    for name, count in readers.items():
+        assert count(tmp_path / "done") == len(want[0]), name
+    stopped = tmp_path / "stopped"
+    cmd = embed_cmd(tiny_model_file, stopped, "--address", cluster, "--quiet", "--input", *map(str, inputs))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not list((stopped / commit.STAGING / "items").glob("*.json")) and proc.poll() is None:
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert list(stopped.glob(f"{commit.STAGING}/*{commit.STAGED}")) and not (stopped / commit.DONE).exists()
+    for name, count in readers.items():
+        try:
+            rows = count(stopped)
+        except Exception:  # a refusal is a right answer too
+            continue
+        assert rows == 0, name
+
+
 def test_two_runs_started_together_into_one_folder_one_wins(cluster, tiny_model_file, inputs, tmp_path):
     out = tmp_path / "shared"
     cmds = [embed_cmd(tiny_model_file, out, "--address", cluster, "--quiet", "--input", *map(str, files))
@@ -363,46 +406,3 @@ def test_a_lost_node_the_run_finishes_on_the_other(tiny_model_file, tmp_path):
     args = ["--sentence-file", str(whole), "--output-file", str(one), "--load-file", str(tiny_model_file), "--quiet"]
     assert embed_sentences.main(args) == 0
     assert np.load(one).tobytes() == vectors
-
-
-def folder_readers() -> dict:
-    """How people read a folder of Parquet parts: each reader's row count of a folder (or its error)."""
-    duckdb, pl, pd, ds = need("duckdb"), need("polars"), need("pandas"), need("pyarrow.dataset")
-    ray = need("ray")
-    sql = "select count(*) from read_parquet('{}')"
-    return {
-        "pyarrow.dataset": lambda out: ds.dataset(out, format="parquet").count_rows(),
-        "pandas": lambda out: len(pd.read_parquet(out)),
-        "duckdb folder": lambda out: duckdb.sql(sql.format(out)).fetchall()[0][0],
-        "duckdb *.parquet": lambda out: duckdb.sql(sql.format(f"{out}/*.parquet")).fetchall()[0][0],
-        "polars folder": lambda out: pl.scan_parquet(out).select(pl.len()).collect().item(),
-        "polars **/*.parquet": lambda out: pl.scan_parquet(f"{out}/**/*.parquet").select(pl.len()).collect().item(),
-        "ray data": lambda out: ray.data.read_parquet(str(out)).count(),
-    }
-
-
-def test_every_common_reader_reads_a_finished_folder_whole_and_no_staged_row(
-    cluster, tiny_model_file, inputs, tmp_path
-):
-    """DuckDB, polars, pandas, pyarrow and Ray Data, on the folder and on globs: a finished folder gives every row
-    exactly once, and a folder whose run was stopped with items committed gives 0 rows or an error, never a row of
-    its staged parts."""
-    readers = folder_readers()
-    want = straight(cluster, tiny_model_file, inputs, tmp_path / "done")
-    assert sorted(p.name for p in (tmp_path / "done").iterdir() if not p.name.startswith("part-")) == FINISHED
-    for name, count in readers.items():
-        assert count(tmp_path / "done") == len(want[0]), name
-    stopped = tmp_path / "stopped"
-    cmd = embed_cmd(tiny_model_file, stopped, "--address", cluster, "--quiet", "--input", *map(str, inputs))
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while not list((stopped / commit.STAGING / "items").glob("*.json")) and proc.poll() is None:
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    assert list(stopped.glob(f"{commit.STAGING}/*{commit.STAGED}")) and not (stopped / commit.DONE).exists()
-    for name, count in readers.items():
-        try:
-            rows = count(stopped)
-        except Exception:  # a refusal is a right answer too
-            continue
-        assert rows == 0, name
