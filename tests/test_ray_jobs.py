@@ -213,6 +213,7 @@ def test_options_the_engine_would_not_follow_are_one_usage_error(tmp_path, capsy
 
 
 def test_a_claimed_folder_is_refused_while_its_run_holds_it(tmp_path):
+    need("pyarrow")  # the manifest is a Parquet file
     spec = {"kind": "embed", "inputs": [], "model": {}, "options": {}, "items": []}
     job = commit.Job.open(tmp_path / "o", spec)
     for resume in (False, True):
@@ -233,6 +234,7 @@ def test_a_run_resumed_after_a_kill_mid_manifest_or_mid_claim_leaves_only_its_ou
     linked): the run
     that resumes it publishes the output, and nothing of the killed one is left beside it (the fresh-clone CI once
     found a `._SUCCESS.PID.*.tmp` there)."""
+    need("pyarrow")  # the manifest is a Parquet file
     spec = {"kind": "embed", "inputs": [], "model": {}, "options": {}, "items": []}
     job = commit.Job.open(tmp_path / "o", spec)
     job.release(keep=True)  # as a killed run leaves it
@@ -247,6 +249,7 @@ def test_a_run_resumed_after_a_kill_mid_manifest_or_mid_claim_leaves_only_its_ou
 def test_resume_clears_what_a_run_killed_after_its_manifest_left(tmp_path, monkeypatch):
     """A driver killed between writing _SUCCESS and removing its claim and staging: the output reads whole, and
     --resume says it is finished and clears the rest (not while that run still holds its claim)."""
+    need("pyarrow")  # the manifest is a Parquet file
     spec = {"kind": "embed", "inputs": [], "model": {}, "options": {}, "items": []}
     job = commit.Job.open(tmp_path / "o", spec)
     with monkeypatch.context() as patched:
