@@ -592,21 +592,21 @@ def run_job(job: commit.Job, items: list[dict], args, kind: str, parts: dict) ->
     committed and says how to resume."""
     records = job.committed()
     todo = [i for i in items if i["item"] not in records]
-    known = sum(i["lines"] for i in items if i["lines"] >= 0)
-    total = known if all(i["lines"] >= 0 for i in items) else None
+    by_lines = all(i["lines"] >= 0 for i in items)  # a .gz or Parquet item's lines are counted only as it is read
     bar = None
 
     def done(record: dict) -> None:
         job.commit(record)
         records[record["item"]] = record
-        bar.update(sum(record["part_rows"]))
+        bar.update(sum(record["part_rows"]) if by_lines else 1)
 
     try:
         from tqdm import tqdm  # here: its import is a tenth of the local commands' start-up, which import this module
 
         cpus = start(args.address, args.threads)
-        bar = tqdm(total=total, unit=" line", disable=args.quiet, file=sys.stderr, desc=kind,
-                   initial=sum(sum(r["part_rows"]) for r in records.values()))  # fmt: skip
+        total, unit = (sum(i["lines"] for i in items), " line") if by_lines else (len(items), " item")
+        initial = sum(sum(r["part_rows"]) for r in records.values()) if by_lines else len(records)
+        bar = tqdm(total=total, unit=unit, disable=args.quiet, file=sys.stderr, desc=kind, initial=initial)
         run(todo, job.staging, min(args.threads or cpus, cpus), on_done=done, model=args.load_file,
             batch_size=args.batch_size, strict=args.strict, **parts)  # fmt: skip
     except (Exception, KeyboardInterrupt) as e:

@@ -4,6 +4,7 @@ error or a kill, and the feedback of the local commands. The drivers run as proc
 this module's local Ray (killing one leaves the cluster up), or starting their own where that is the point."""
 
 import ast
+import gzip
 import os
 import random
 import signal
@@ -168,6 +169,15 @@ def test_every_common_reader_reads_a_finished_folder_whole_and_no_staged_row(
         except Exception:  # a refusal is a right answer too
             continue
         assert rows == 0, name
+
+
+def test_a_gz_input_gives_the_bar_a_total_of_items(cluster, tiny_model_file, inputs, tmp_path, capsys):
+    """Lines of a .gz are known only as it is read: the bar then counts work items, whose total is known."""
+    packed = tmp_path / "t.txt.gz"
+    packed.write_bytes(gzip.compress(inputs[0].read_bytes()))
+    args = ["--engine", "ray", "--address", cluster, "--input", str(packed), str(inputs[1]), "--output-dir"]
+    assert embed_sentences.main([*args, str(tmp_path / "o"), "--load-file", str(tiny_model_file)]) == 0
+    assert "2/2 [" in capsys.readouterr().err.replace(" item", "")
 
 
 def test_two_runs_started_together_into_one_folder_one_wins(cluster, tiny_model_file, inputs, tmp_path):
