@@ -202,7 +202,8 @@ class Trainer:
         self.optimizer = LazyAdam(table, config.lr, spare=int(self.sync_free))
         self.bad = torch.zeros((), dtype=torch.int64, device=self.device)  # non-finite updates not yet reported
         self.inputs = input_fingerprints(config)  # saved with the state, compared on --resume
-        plain = not (config.distill or config.relate or config.scramble_rate) and model.poolings == ["mean"]
+        plain = not (config.distill or config.relate or config.scramble_rate or config.nested_dims)
+        plain = plain and model.poolings == ["mean"]  # the graph's step is the margin loss alone
         self.graphs = GraphedSteps(self) if self.sync_free and plain else None
         self.dense_optimizer = torch.optim.Adam(self.dense, lr=config.lr) if self.dense else None
         self.mine_dtype = mining_dtype(config.mine_precision, self.device)
