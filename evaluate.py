@@ -623,9 +623,10 @@ def evaluate_one(model, name: str | None, args: argparse.Namespace, langs: list[
     if args.compare and not compare:
         print(f"\nnote: {MULTILINGUAL_NOTE}")
     crossing = f"(STS 2017's other pairs, {', '.join(RETRIEVAL)} are cross-lingual)"
-    if set(args.tasks) & {"sts17", *RETRIEVAL} and static.english_only(name):
+    across = set(args.tasks) & {"sts17", *RETRIEVAL}
+    if across and static.english_only(name):
         print(f"\nnote: {static.ENGLISH_ONLY} {crossing}")
-    elif set(args.tasks) & {"sts17", *RETRIEVAL} and not model.config.get("multilingual"):
+    elif across and not model.config.get("multilingual"):
         print(
             f"\nnote: {name} is not marked multilingual: a model trained on one language scores "
             f"near chance across languages {crossing}; train on bitext for them (docs/training.md)"

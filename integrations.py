@@ -113,7 +113,7 @@ def _chroma() -> type:
             self.model, self.model_name = _model(model), _name(model)
 
         def __call__(self, input: Documents) -> Embeddings:
-            return [row for row in self.model.encode(list(input), normalize_embeddings=True)]
+            return list(self.model.encode(list(input), normalize_embeddings=True))
 
         @staticmethod
         def name() -> str:

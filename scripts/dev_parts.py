@@ -14,12 +14,11 @@ import os
 from pathlib import Path
 
 import numpy as np
-from teacher_dev import PARTS, dev_sets
+from teacher_dev import PARTS, dev_sets, wmt_dev_pairs
 
 from paraphrastic.evaluate import correlations, embed_unique, pair_cosines, retrieval_errors
 from paraphrastic.models import load_model
 from paraphrastic.preprocess import wmt
-from paraphrastic.teacher import english_training_sentences
 
 
 def dev_figures(model, data: Path) -> dict[str, float]:
@@ -38,7 +37,7 @@ def dev_figures(model, data: Path) -> dict[str, float]:
 
 def wmt_error(model, data: Path) -> float:
     """Mean error rate x 100 of retrieval, both ways, over the held-apart WMT groups' pairs."""
-    pairs = wmt.dev_pairs(data, exclude=set(english_training_sentences(data)))
+    pairs = wmt_dev_pairs(data)
     vectors, rows = embed_unique(model, [a for a, _ in pairs] + [b for _, b in pairs])
     return float(np.mean(retrieval_errors(vectors[rows[: len(pairs)]], vectors[rows[len(pairs) :]])))
 

@@ -41,13 +41,19 @@ def dev_sets(data: Path) -> dict[str, Pairs]:
     return out
 
 
+def wmt_dev_pairs(data: Path) -> list[tuple[str, str]]:
+    """The held-apart WMT groups' retrieval pairs (`preprocess.wmt.dev_pairs`), none of whose sentences the
+    default's training text holds."""
+    return wmt.dev_pairs(data, exclude=set(english_training_sentences(data)))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("teachers", nargs="+", help="teacher names (teacher.load_teacher)")
     p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("PARAPHRASTIC_DATA", "../shared/data")))
     args = p.parse_args()
     sets = dev_sets(args.data_dir)
-    pairs = wmt.dev_pairs(args.data_dir, exclude=set(english_training_sentences(args.data_dir)))
+    pairs = wmt_dev_pairs(args.data_dir)
     texts = sorted({t for q in sets.values() for t in q.s1 + q.s2} | {t for pair in pairs for t in pair})
     row = {t: i for i, t in enumerate(texts)}
     vectors = {name: encode_teachers({name: load_teacher(name)}, texts) for name in args.teachers}
