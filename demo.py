@@ -20,17 +20,21 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from paraphrastic import knn, mine_bitext
 from paraphrastic.cli import at_least, cli_parser, run_cli
 from paraphrastic.fileio import Error, InputError, count_lines, install_hint, open_input, read_lines
-from paraphrastic.models import Model, load_model
 from paraphrastic.static import ENGLISH_ONLY, SHIPPED, english_only
 from paraphrastic.workers import use_threads
+
+if TYPE_CHECKING:  # torch is imported where the page first needs it: --help answers without it (0.1 s, not 1 s)
+    import torch
+
+    from paraphrastic.models import Model
 
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported: no usage reports, no version check
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -43,7 +47,11 @@ MAX_CORPUS_LINES = 2_000_000
 MAX_UPLOAD = "200mb"
 SHORTLIST = 32  # corpus lines kept by the float16 scan, then scored exactly with score_raw_text
 EXAMPLE_CORPUS = Path(__file__).resolve().parent / "data" / "example-sentences.txt"
-FONTS = (["Helvetica", "Arial", "DejaVu Sans", "sans-serif"], ["DejaVu Sans Mono", "Courier New", "monospace"])
+# the browser's own fonts, CJK ones after the Latin (a machine with none shows CJK text as boxes: docs/usage.md)
+CJK_FONTS = ["Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Microsoft YaHei", "WenQuanYi Micro Hei"]
+FONTS = (["Helvetica", "Arial", "DejaVu Sans", *CJK_FONTS, "sans-serif"],
+         ["DejaVu Sans Mono", "Courier New", *CJK_FONTS, "monospace"])  # fmt: skip
+CSS = "#hits td, #hits td * {white-space: normal !important; overflow-wrap: anywhere}"  # Gradio 6 ignores wrap=True
 
 # the matching view's opening example: three sentences of our own and their German, not data
 MATCH_EXAMPLE = (
@@ -58,9 +66,11 @@ _model_lock, _corpus_lock = threading.Lock(), threading.Lock()
 
 @dataclass
 class Corpus:
-    """Searchable sentences: the non-blank lines of a file and their unit vectors (float16, one row each)."""
+    """Searchable sentences: the non-blank lines of a file, their line numbers (from 1) and their unit vectors
+    (float16, one row each)."""
 
     name: str
+    numbers: list[int]
     lines: list[str]
     vectors: torch.Tensor
 
@@ -78,6 +88,8 @@ def get_model(name: str) -> Model:
     """A shipped model by name (or the --model file), loaded once and cached."""
     if name not in ALLOWED:
         raise InputError(f"unknown model {name!r}: choose {' or '.join(SHIPPED)}, or start with --model FILE")
+    from paraphrastic.models import load_model
+
     with _model_lock:
         if name not in _models:
             _models[name] = load_model(name)
@@ -150,8 +162,9 @@ def check_corpus_size(lines: int, dim: int, max_lines: int, name: str) -> None:
                          f"{need / 2**30:.1f} GiB of vectors against {memory / 2**30:.1f} GiB free; the cap is a quarter)")  # fmt: skip
 
 
-def read_corpus(path: str | os.PathLike, max_lines: int, dim: int) -> list[str]:
-    """The non-blank lines of a UTF-8 text file; binary, non-UTF-8, empty or too large files get a message."""
+def read_corpus(path: str | os.PathLike, max_lines: int, dim: int) -> dict[int, str]:
+    """The non-blank lines of a UTF-8 text file by their line numbers (from 1); binary, non-UTF-8, empty or too
+    large files get a message."""
     path = Path(path)
     open_input(path)
     with open(path, "rb") as f:
@@ -159,7 +172,7 @@ def read_corpus(path: str | os.PathLike, max_lines: int, dim: int) -> list[str]:
             raise InputError(f"{path.name}: a binary file, not text: give a UTF-8 text file, one sentence per line")
     check_corpus_size(count_lines(path), dim, max_lines, path.name)
     try:
-        lines = [line for line in read_lines(path, strict=True) if line.strip()]
+        lines = {n: line for n, line in enumerate(read_lines(path, strict=True), 1) if line.strip()}
     except InputError as e:
         raise InputError(str(e).replace(str(path), path.name).split(" (re-encode")[0] + ": save it as UTF-8") from None
     if not lines:
@@ -167,8 +180,12 @@ def read_corpus(path: str | os.PathLike, max_lines: int, dim: int) -> list[str]:
     return lines
 
 
-def embed_corpus(model: Model, name: str, lines: list[str], progress: Callable | None = None) -> Corpus:
-    """Embed the lines once into unit float16 rows, reporting progress(fraction, desc=...) per batch."""
+def embed_corpus(model: Model, name: str, numbered: dict[int, str], progress: Callable | None = None) -> Corpus:
+    """Embed the lines (by line number) once into unit float16 rows, reporting progress(fraction, desc=...) per
+    batch."""
+    import torch
+
+    lines = list(numbered.values())
     vectors, batch = torch.empty((len(lines), model.dim), dtype=torch.float16), 16384
     with model.start_multi_process_pool() as pool:  # one worker per --threads
         for start in range(0, len(lines), batch):
@@ -178,7 +195,7 @@ def embed_corpus(model: Model, name: str, lines: list[str], progress: Callable |
             vectors[start : start + len(part)] = torch.from_numpy(knn.unit_rows(part))
     if progress:
         progress(1.0, desc=f"embedded {name}: {len(lines):,} sentences")
-    return Corpus(name, lines, vectors)
+    return Corpus(name, list(numbered), lines, vectors)
 
 
 def corpus_file(upload: str | None, corpus: str | os.PathLike) -> Path:
@@ -209,26 +226,30 @@ def load_corpus(model_name: str, path: str | os.PathLike, max_lines: int, progre
         return _corpora[key]
 
 
-def search(model: Model, corpus: Corpus, query: str | None, k: int = 5) -> tuple[list[tuple[float, str]], float]:
-    """The k corpus lines nearest the query, best first, with score_raw_text's scores, and the time in ms:
-    a float16 matrix-vector scan shortlists SHORTLIST lines, which are then scored exactly."""
+def search(model: Model, corpus: Corpus, query: str | None, k: int = 5) -> tuple[list[tuple[float, int, str]], float]:
+    """The k corpus lines nearest the query, best first, as (score_raw_text's score, line number, line), and the
+    time in ms: a float16 matrix-vector scan shortlists SHORTLIST lines, which are then scored exactly."""
+    import torch
+
     query, k = check_text(query, "the query"), min(max(1, int(k)), MAX_RESULTS)
     start = time.perf_counter()
     q = torch.from_numpy(knn.unit_rows(model.embed_raw_text([query]))[0])
     scan = (corpus.vectors @ q.to(corpus.vectors.dtype)).float().numpy()
     m = min(max(k, SHORTLIST), len(scan))
-    shortlist = [corpus.lines[i] for i in np.argpartition(-scan, m - 1)[:m]]
-    exact = np.array(model.score_raw_text([(query, line) for line in shortlist]))
+    shortlist = np.sort(np.argpartition(-scan, m - 1)[:m])  # in file order: ties go to the earlier line
+    exact = np.array(model.score_raw_text([(query, corpus.lines[i]) for i in shortlist]))
     best = np.argsort(-exact, kind="stable")[:k]
-    return [(float(exact[i]), shortlist[i]) for i in best], (time.perf_counter() - start) * 1000
+    hits = [(float(exact[j]), corpus.numbers[shortlist[j]], corpus.lines[shortlist[j]]) for j in best]
+    return hits, (time.perf_counter() - start) * 1000
 
 
 # ----------------------------------------------------------------------------- translation matching
 
 
 def match_lists(model: Model, first: str | None, second: str | None, retrieval: str = "forward", k: int = 4) -> list:
-    """(line, sentence, match, margin) for each line of the first list, by mine_bitext's mine (ratio margin over
-    k neighbours both ways; forward: each line's best match); "" and -inf where a line found none."""
+    """(line, sentence, match, cosine, margin) for each line of the first list, by mine_bitext's mine (ratio margin
+    over k neighbours both ways; forward: each line's best match); "" and -inf where a line found none, a margin of
+    -inf where it is undefined (mine_bitext.margin)."""
     a = check_text(first, "the first list").splitlines()
     b = check_text(second, "the second list").splitlines()
     if retrieval not in RETRIEVALS or not isinstance(k, int) or not 1 <= k <= 64:
@@ -243,9 +264,10 @@ def match_lists(model: Model, first: str | None, second: str | None, retrieval: 
         for name, lines in (("first list", a), ("second list", b))
     ]
     src, tgt, score = mine_bitext.mine(*sides, args)
-    found = dict(zip(src.tolist(), zip(tgt.tolist(), score.tolist(), strict=True), strict=True))
+    cos = np.einsum("ij,ij->i", knn.unit_rows(sides[0].vectors[src]), knn.unit_rows(sides[1].vectors[tgt]))
+    found = dict(zip(src.tolist(), zip(tgt.tolist(), cos.tolist(), score.tolist(), strict=True), strict=True))
     return [
-        (i + 1, a[i], b[found[i][0]] if i in found else "", found.get(i, (0, -np.inf))[1])
+        (i + 1, a[i], b[found[i][0]] if i in found else "", *found.get(i, (0, -np.inf, -np.inf))[1:])
         for i in sides[0].rows.tolist()
     ]
 
@@ -282,26 +304,25 @@ def build_app(
             hits, ms = search(get_model(name), found, query, int(k))
             note = unknown_note(get_model(name), [query], ["the query"])
             summary = f"Top {len(hits)} of {len(found.lines):,} sentences in {found.name}; the query took {ms:.1f} ms."
-            return [[f"{s:.4f}", line] for s, line in hits], f"{summary} {note}"
+            return [[f"{s:.4f}", number, line] for s, number, line in hits], f"{summary} {note}"
         except (Error, MemoryError) as e:
             return [], failed(e)
 
     def on_match(name: str, first: str, second: str, retrieval: str):
         try:
             rows = match_lists(get_model(name), first, second, retrieval)
-            table = [[i, a, b or "(no match)", f"{s:.4f}" if np.isfinite(s) else ""] for i, a, b, s in rows]
+            shown = lambda x: f"{x:.4f}" if np.isfinite(x) else ""  # noqa: E731
+            table = [[i, a, b or "(no match)", shown(c), shown(m)] for i, a, b, c, m in rows]
             note = f" **Note:** {ENGLISH_ONLY.replace('--load-file multilingual', 'the model multilingual above')}."
             return table, f"{len(rows)} lines; margin: cosine over the mean cosine of both sides' 4 nearest " + (
-                f"neighbours.{note if english_only(name) else ''}"
+                "neighbours (none where that mean is under 0.05: nothing near)." + (note if english_only(name) else "")
             )
         except (Error, MemoryError) as e:
             return [], failed(e)
 
-    theme = gr.themes.Base(font=FONTS[0], font_mono=FONTS[1])  # system fonts: nothing from Google Fonts
-    in_launch = "theme" in inspect.signature(gr.Blocks.launch).parameters  # Gradio 6 moved it to launch()
-    with gr.Blocks(
-        title="paraphrastic demo", analytics_enabled=False, **({} if in_launch else {"theme": theme})
-    ) as app:
+    style = {"theme": gr.themes.Base(font=FONTS[0], font_mono=FONTS[1]), "css": CSS}  # system fonts only
+    in_launch = "theme" in inspect.signature(gr.Blocks.launch).parameters  # Gradio 6 moved both to launch()
+    with gr.Blocks(title="paraphrastic demo", analytics_enabled=False, **({} if in_launch else style)) as app:
         gr.Markdown("## Paraphrastic sentence embeddings\nScores are cosines of averaged sentencepiece vectors. "
                     f"Each box takes up to {MAX_CHARS:,} characters.")  # fmt: skip
         model = gr.Dropdown(model_choices(model_name), value=model_name, label="Model", elem_id="model")
@@ -327,7 +348,13 @@ def build_app(
                 query = gr.Textbox(label="Query", elem_id="query", value="A dog plays in the snow.", scale=4)
                 k = gr.Slider(1, MAX_RESULTS, value=5, step=1, label="Results", elem_id="k")
             search_button = gr.Button("Search", variant="primary", elem_id="search-button")
-            hits = gr.Dataframe(headers=["score", "sentence"], elem_id="hits", interactive=False, wrap=True)
+            hits = gr.Dataframe(
+                headers=["score", "line", "sentence"],
+                elem_id="hits",
+                interactive=False,
+                wrap=True,
+                column_widths=["12%", "10%", "78%"],
+            )  # long sentences wrap within the page
             message = gr.Markdown(elem_id="search-message")
             upload.upload(on_upload, [model, upload], [hits, message], api_name="corpus")
             search_button.click(on_search, [model, upload, query, k], [hits, message], api_name="search")
@@ -340,11 +367,13 @@ def build_app(
             retrieval = gr.Radio(list(RETRIEVALS), value="forward", label="Retrieval",
                                  info="forward: each line's best match; max-score: one to one")  # fmt: skip
             match_button = gr.Button("Match", variant="primary", elem_id="match-button")
-            matches = gr.Dataframe(headers=["line", "sentence", "best match", "margin"], elem_id="matches", wrap=True)
+            matches = gr.Dataframe(
+                headers=["line", "sentence", "best match", "cosine", "margin"], elem_id="matches", wrap=True
+            )
             message = gr.Markdown(elem_id="matching-message")
             match_button.click(on_match, [model, first, second, retrieval], [matches, message], api_name="match")
     app.queue(max_size=64, default_concurrency_limit=2)  # more requests wait their turn, up to 64
-    return app, ({"theme": theme} if in_launch else {})
+    return app, (style if in_launch else {})
 
 
 def parse_args(argv: list[str] | None):

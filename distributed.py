@@ -27,7 +27,6 @@ every answer leaves training as it was. Under torchrun with W ranks and --batch-
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
 import dataclasses
@@ -44,35 +43,7 @@ from paraphrastic.fileio import InputError
 from paraphrastic.models import Bags, resolve_device
 from paraphrastic.pairs import PairData
 
-HELP = (
-    "Launched by torchrun (e.g. torchrun --standalone --nproc_per_node W train.py ...), training runs on W ranks: "
-    "--batch-size and --distill-batch-size are per rank, an update takes W x --batch-size pairs and the checkpoint "
-    "records that run batch. Each rank trains on its own contiguous slice of every mini-batch; gradients are summed "
-    "over ranks so an update follows the mean loss over all W x b pairs. Rank 0 writes all outputs. --resume "
-    "works at another world size if W x --batch-size stays the same: the saved mega-batch is finished with its "
-    "saved negatives, later ones are split for the new world size."
-)
-
-
 # ----------------------------------------------------------------------------- the ranks
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of a torchrun launch, in a --help group that says what a distributed run means."""
-    group = parser.add_argument_group("distributed training (torchrun)", HELP)
-    group.add_argument(
-        "--global-megabatch",
-        action="store_true",
-        help="mine negatives over the whole mega-batch of all ranks (W x b x M pairs, all-gathered): a W-rank run "
-        "then equals a single process with --batch-size W x b up to float rounding (with --dropout 0: masks are "
-        "drawn per rank); default: each rank mines its own b x M pairs",
-    )
-    group.add_argument(
-        "--dist-backend",
-        choices=["auto", "nccl", "gloo"],
-        default="auto",
-        help="collective backend; auto: NCCL with --device cuda, gloo on CPU",
-    )
 
 
 @dataclass(frozen=True)

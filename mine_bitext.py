@@ -293,11 +293,16 @@ def neighbourhood(sims: np.ndarray) -> np.ndarray:
     return np.where(found, sims, 0).sum(axis=1) / np.maximum(found.sum(axis=1), 1)
 
 
+MIN_NEIGHBOURHOOD = 0.05  # a mean neighbour cosine below this is no neighbourhood: the ratio would be noise
+
+
 def margin(cos: np.ndarray, mean_x: np.ndarray, mean_y: np.ndarray) -> np.ndarray:
-    """Ratio margin: cos(x, y) / (mean_k cos(x, .) / 2 + mean_k cos(y, .) / 2); -inf where undefined."""
+    """Ratio margin: cos(x, y) / (mean_k cos(x, .) / 2 + mean_k cos(y, .) / 2); -inf where undefined, as where that
+    denominator is under MIN_NEIGHBOURHOOD (a model that does not read the language, or lists no longer than k: the
+    English model matched three German lines with margins of 15, 2167 and 3)."""
     den = (mean_x + mean_y) / 2
     out = np.full(np.broadcast_shapes(cos.shape, den.shape), -np.inf, np.float64)
-    return np.divide(cos, den, out=out, where=(den > 0) & np.isfinite(cos))
+    return np.divide(cos, den, out=out, where=(den >= MIN_NEIGHBOURHOOD) & np.isfinite(cos))
 
 
 def best_candidates(

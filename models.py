@@ -48,9 +48,9 @@ from paraphrastic.encoders import (
 )
 from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output, first_sentence, install_hint
 from paraphrastic.pieces import Tokenizer, fill_empty, offsets_of
+from paraphrastic.precision import STORED_PRECISIONS
 from paraphrastic.static import CHECKED, SP_FILE, Encoding, existing_model, sp_rows
 
-PRECISIONS = ("float32", "float16", "int8")
 TRAIN_STATE = "paraphrastic-train-state"  # the format of train.py's resume.pt
 LEGACY_UNK = "UUUNKKK"  # the unknown-token row of the original toolkit's released models
 MAX_SP_BYTES = 256 << 20  # sentencepiece models of even a million pieces are a few tens of MB
@@ -220,9 +220,9 @@ class Model(nn.Module, Encoding):
 
     def checkpoint(self, extra_config: dict | None = None, precision: str = "float32") -> dict:
         """The self-contained checkpoint: table, tokenizers, LSTM weights and config, as plain data. The table is
-        stored in `precision` (PRECISIONS); it is computed in float32 whatever it is stored in."""
-        if precision not in PRECISIONS:
-            raise ModelError(f"precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+        stored in `precision` (STORED_PRECISIONS); it is computed in float32 whatever it is stored in."""
+        if precision not in STORED_PRECISIONS:
+            raise ModelError(f"precision {precision!r}: choose one of {', '.join(STORED_PRECISIONS)}")
         table = self.embedding.weight.detach().cpu()
         state = {
             "format": FORMAT,

@@ -15,9 +15,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from paraphrastic import evaluate
 from paraphrastic.distributed import Ranks
 from paraphrastic.encoders import TOKENIZERS, build_vocab
-from paraphrastic.fileio import InputError, atomic_output, open_input, remove_stale_temps, reporting_full_disk
+from paraphrastic.fileio import (
+    InputError,
+    atomic_output,
+    open_input,
+    refuse_same_file,
+    remove_stale_temps,
+    reporting_full_disk,
+)
 from paraphrastic.models import (
     Model,
     SPModel,
@@ -29,6 +37,7 @@ from paraphrastic.models import (
 from paraphrastic.pairs import ShardSet, iter_pairs, shard_paths, tokenize_pairs
 from paraphrastic.pieces import Tokenizer, train_sentencepiece
 from paraphrastic.resume import check_inputs_unchanged, check_resume_args, load_resume_state
+from paraphrastic.static import model_path
 from paraphrastic.train_config import OUTPUTS, SP_INPUT, Config, make_config, model_parts
 from paraphrastic.workers import use_threads
 
@@ -36,6 +45,21 @@ SP_SENTENCES = 2_000_000  # distinct sentences a new sentencepiece model is trai
 
 
 STRUCTURE = ("encoder", "lowercase", "parts", "combine")  # the config keys that say what a model is
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """Fail before any work (or output) when an input file is missing or a dev file does not parse, or when one of
+    the run's outputs in --output-dir is one of its inputs (--init-from run/model.pt --output-dir run)."""
+    files = [args.train_file, args.sp_model, *args.dev_file, *(args.distill or []), *(args.relate or [])]
+    for path in files:
+        if path is not None:
+            open_input(path)
+    for path in args.dev_file:
+        evaluate.read_sts_pairs(path)  # a bad line fails now, not at the first save
+    shards = shard_paths(args.train_shards) if args.train_shards else []
+    init = model_path(args.init_from) if args.init_from else None
+    for name in OUTPUTS:
+        refuse_same_file(args.output_dir / name, init, *files, *shards)
 
 
 def sentencepiece_from_text(

@@ -56,8 +56,8 @@ from paraphrastic.resume import (
     drop_torn_line,
     input_fingerprints,
 )
-from paraphrastic.run_setup import start_run, warn_if_grouped
-from paraphrastic.train_config import Config, check_inputs, parse_args
+from paraphrastic.run_setup import check_inputs, start_run, warn_if_grouped
+from paraphrastic.train_config import Config, parse_args
 
 SYNC_FREE_ON_CPU = False  # tests set it to run the GPU's step (no waits on the device) on a CPU
 EMBED_CHUNK = 8192  # sentences embedded at once when mining (bounds an LSTM's padded batch)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from paraphrastic import distributed, evaluate
 from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused
-from paraphrastic.distributed import ALONE, Ranks
-from paraphrastic.fileio import open_input, refuse_same_file
-from paraphrastic.models import PRECISIONS, Model
-from paraphrastic.pairs import shard_paths
-from paraphrastic.static import model_path
+from paraphrastic.precision import STORED_PRECISIONS
+
+if TYPE_CHECKING:  # torch is imported once there is a run to train, never for --help (0.1 s against 1 s)
+    from paraphrastic.distributed import Ranks
+    from paraphrastic.models import Model
 
 PATH_ARGS = ("train_file", "train_shards", "output_dir", "sp_model", "init_from", "distill", "relate", "dev_file")
 
@@ -98,7 +98,7 @@ class Config:
 
 
 def make_config(
-    args: argparse.Namespace, device: str, state: dict | None, init: Model | None, ranks: Ranks = ALONE
+    args: argparse.Namespace, device: str, state: dict | None, init: Model | None, ranks: Ranks | None = None
 ) -> Config:
     """The run's Config from the parsed arguments and the device this rank trains on: a fresh --init-from
     run takes the model's dimension and encoder, a resumed one those it recorded; LSTMs scramble 30% of
@@ -114,7 +114,7 @@ def make_config(
     for k in ("train_shards", "distill", "relate", "dev_file"):
         settings[k] = tuple(settings[k]) if settings[k] is not None else None
     settings["nested_dims"] = tuple(sorted(set(settings["nested_dims"] or ())))
-    return Config(**ranks.settings(settings))
+    return Config(**(ranks.settings(settings) if ranks is not None else settings))
 
 
 DISTILL_SETTINGS = ("distill_weight", "distill_relational", "distill_contrastive", "distill_temperature",
@@ -131,6 +131,34 @@ def inert_settings(settings: dict) -> dict[str, list[str]]:
     if settings.get("relate") is None:
         unused["--relate"] = ["relate_weight"]
     return unused
+
+
+DISTRIBUTED_HELP = (
+    "Launched by torchrun (e.g. torchrun --standalone --nproc_per_node W train.py ...), training runs on W ranks: "
+    "--batch-size and --distill-batch-size are per rank, an update takes W x --batch-size pairs and the checkpoint "
+    "records that run batch. Each rank trains on its own contiguous slice of every mini-batch; gradients are summed "
+    "over ranks so an update follows the mean loss over all W x b pairs. Rank 0 writes all outputs. --resume "
+    "works at another world size if W x --batch-size stays the same: the saved mega-batch is finished with its "
+    "saved negatives, later ones are split for the new world size."
+)
+
+
+def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a torchrun launch, in a --help group that says what a distributed run means."""
+    group = parser.add_argument_group("distributed training (torchrun)", DISTRIBUTED_HELP)
+    group.add_argument(
+        "--global-megabatch",
+        action="store_true",
+        help="mine negatives over the whole mega-batch of all ranks (W x b x M pairs, all-gathered): a W-rank run "
+        "then equals a single process with --batch-size W x b up to float rounding (with --dropout 0: masks are "
+        "drawn per rank); default: each rank mines its own b x M pairs",
+    )
+    group.add_argument(
+        "--dist-backend",
+        choices=["auto", "nccl", "gloo"],
+        default="auto",
+        help="collective backend; auto: NCCL with --device cuda, gloo on CPU",
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -306,7 +334,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--save-every", type=at_least(0), default=0, help="also save every N updates (default: each epoch)")
     p.add_argument(
         "--save-precision",
-        choices=PRECISIONS,
+        choices=STORED_PRECISIONS,
         default="float32",
         help="how model.pt and best.pt store the table: int8 is a quarter of float32's bytes, as the shipped models "
         "(resume.pt keeps float32; default %(default)s)",
@@ -333,7 +361,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--threads", type=at_least(1), default=None, help="CPU threads (default: the idle cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (the run's lines and metrics.jsonl stay)")
-    distributed.add_arguments(p)  # --global-megabatch, --dist-backend
+    add_distributed_arguments(p)  # --global-megabatch, --dist-backend
     args = p.parse_args(argv)
     missing = [name for name, given in (("--train-file (or --train-shards)", args.train_file or args.train_shards),
                                         ("--output-dir", args.output_dir)) if not given]  # fmt: skip
@@ -382,16 +410,10 @@ def model_parts(spec: str) -> list[tuple[str, str]]:
     return [PART_NAMES[n] for n in spec.split(",")]
 
 
-def check_inputs(args: argparse.Namespace) -> None:
-    """Fail before any work (or output) when an input file is missing or a dev file does not parse, or when one of
-    the run's outputs in --output-dir is one of its inputs (--init-from run/model.pt --output-dir run)."""
-    files = [args.train_file, args.sp_model, *args.dev_file, *(args.distill or []), *(args.relate or [])]
-    for path in files:
-        if path is not None:
-            open_input(path)
-    for path in args.dev_file:
-        evaluate.read_sts_pairs(path)  # a bad line fails now, not at the first save
-    shards = shard_paths(args.train_shards) if args.train_shards else []
-    init = model_path(args.init_from) if args.init_from else None
-    for name in OUTPUTS:
-        refuse_same_file(args.output_dir / name, init, *files, *shards)
+def main(argv: list[str] | None = None) -> int:
+    """paraphrastic-train: the options are read first (--help answered, a mistaken one refused) without importing
+    torch, which a run then needs (1 s of imports)."""
+    parse_args(argv)
+    from paraphrastic import train
+
+    return train.main(argv)

@@ -360,8 +360,8 @@ print(imported - start, time.perf_counter() - imported)
 
 def startup(tmp: Path, count: int = 5, threads: int | None = None) -> str:
     """The whole-command wall time of `paraphrastic-embed` on the 10-line example (with --threads `threads`),
-    median of `count` runs, and the medians of its first two parts, timed in a process of their own: the imports
-    and loading the model."""
+    median of `count` runs, the medians of its first two parts, timed in a process of their own: the imports
+    and loading the model, and the floor beside it: a Python that imports numpy and sentencepiece, nothing else."""
     example = ROOT / "data" / "example-sentences.txt"
     given = ["--threads", str(threads)] if threads else []
     runs = [timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(example), "--output-file",
@@ -369,8 +369,11 @@ def startup(tmp: Path, count: int = 5, threads: int | None = None) -> str:
     parts = [subprocess.run([sys.executable, "-c", PARTS], capture_output=True, text=True, check=True).stdout.split()
              for _ in range(count)]  # fmt: skip
     imports, load = (statistics.median(float(part[k]) for part in parts) for k in range(2))
-    return (f"paraphrastic-embed on data/example-sentences.txt, median of {count}: {statistics.median(runs):.2f} s "
-            f"(of which its imports {imports:.2f} s, loading the model {load:.2f} s)")  # fmt: skip
+    floor = statistics.median(timed([sys.executable, "-c", "import numpy, sentencepiece"])[0] for _ in range(count))
+    whole = statistics.median(runs)
+    return (f"paraphrastic-embed on data/example-sentences.txt, median of {count}: {whole:.2f} s "
+            f"(of which its imports {imports:.2f} s, loading the model {load:.2f} s); the floor, "
+            f"python -c 'import numpy, sentencepiece': {floor:.2f} s, so {whole / floor:.1f}x the floor")  # fmt: skip
 
 
 def main() -> None:

@@ -76,7 +76,7 @@ def main() -> None:
     model = load_model("default")
     demo.check_corpus_size(len(corpus_lines), model.dim, demo.MAX_CORPUS_LINES, "benchmark corpus")
     start = time.perf_counter()
-    corpus = demo.embed_corpus(model, "benchmark", corpus_lines)
+    corpus = demo.embed_corpus(model, "benchmark", dict(enumerate(corpus_lines, 1)))
     embed_s = time.perf_counter() - start
     demo.search(model, corpus, queries[0], args.k)  # warm-up
     times = np.array([demo.search(model, corpus, q, args.k)[1] for q in queries])

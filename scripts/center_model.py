@@ -18,7 +18,8 @@ import numpy as np
 
 from paraphrastic.evaluate import score_sts_file
 from paraphrastic.fileio import read_lines
-from paraphrastic.models import PRECISIONS, from_checkpoint, load_model
+from paraphrastic.models import from_checkpoint, load_model
+from paraphrastic.precision import STORED_PRECISIONS
 from paraphrastic.teacher import average_rows, center_rows
 
 
@@ -42,7 +43,10 @@ def main() -> None:
     )
     p.add_argument("--config", type=json.loads, default={}, help="JSON object merged into the saved model's config")
     p.add_argument(
-        "--precision", choices=PRECISIONS, default="float16", help="how the table is stored (default %(default)s)"
+        "--precision",
+        choices=STORED_PRECISIONS,
+        default="float16",
+        help="how the table is stored (default %(default)s)",
     )
     args = p.parse_args()
     lines = read_lines(args.sentences)

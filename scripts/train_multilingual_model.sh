@@ -25,6 +25,7 @@
 #      (scripts/center_model.py --powers 0: centred, not whitened), stored in PRECISION (int8: one bfloat16 scale
 #      per row, so that 120,000 rows of 300 fit 40 MiB; the previous model had 64,000 in float16); then the dev figures
 #      (scripts/multilingual_dev.py) and the test figures.
+# MODEL_OUT (data/models/multilingual.pt) is where the model goes.
 # Needs `pip install -e .[multilingual]`. Usage: bash scripts/train_multilingual_model.sh [OUT_DIR (runs/multilingual)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,7 @@ data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
 vocab=${VOCAB:-120000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5} repeat=${REPEAT:-ar=2}
 wmt=${WMT:-0} spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5} precision=${PRECISION:-int8}
+model=${MODEL_OUT:-data/models/multilingual.pt}
 mkdir -p "$out"
 step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its first steps on a sample)
   local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2
@@ -69,9 +71,9 @@ for seed in $(seq 1 "$seeds"); do  # the same run with different seeds (data ord
       --lr 0.001 --max-steps $steps --save-every 1000 && touch '$run/done'"
 done
 langs='["en", "ar", "de", "es", "fr", "ru", "tr", "zh"]'
-step center python scripts/center_model.py "${models[@]}" "$out/distill.txt" data/models/multilingual.pt --powers 0 \
+step center python scripts/center_model.py "${models[@]}" "$out/distill.txt" "$model" --powers 0 \
   --precision "$precision" \
   --dev-file "$data/sts/2017/en-en.tsv" "$data/sts/en/stsb/dev.tsv" "$out/sts12-train.tsv" \
   --config "{\"multilingual\": true, \"languages\": $langs}"
-step dev python scripts/multilingual_dev.py data/models/multilingual.pt --heldout "$out" --data-dir "$data"
-step evaluate paraphrastic-evaluate --load-file multilingual --tasks sts,sts17,stsb,tatoeba,pud,flores --json "$out/eval.json"
+step dev python scripts/multilingual_dev.py "$model" --heldout "$out" --data-dir "$data"
+step evaluate paraphrastic-evaluate --load-file "$model" --tasks sts,sts17,stsb,tatoeba,pud,flores --json "$out/eval.json"

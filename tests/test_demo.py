@@ -64,15 +64,16 @@ def test_check_text_refuses_empty_and_oversized_boxes(text):
 
 def test_search_returns_the_exact_top_k(tiny_model):
     lines = generated_sentences(300, seed=3)
-    corpus = demo.embed_corpus(tiny_model, "generated", lines)
+    corpus = demo.embed_corpus(tiny_model, "generated", {2 * n + 1: line for n, line in enumerate(lines)})
     assert corpus.vectors.shape == (300, tiny_model.dim) and str(corpus.vectors.dtype) == "torch.float16"
     query = "the old chef is cooking some fresh bread"
     hits, ms = demo.search(tiny_model, corpus, query, k=5)
     exact = np.sort(tiny_model.score_raw_text([(query, line) for line in lines]))[::-1][:5]
-    np.testing.assert_allclose([s for s, _ in hits], exact, atol=1e-6)
-    assert [s for s, _ in hits] == tiny_model.score_raw_text([(query, line) for _, line in hits]) and ms > 0
+    np.testing.assert_allclose([s for s, _, _ in hits], exact, atol=1e-6)
+    assert [s for s, _, _ in hits] == tiny_model.score_raw_text([(query, line) for _, _, line in hits]) and ms > 0
+    assert all(lines[(number - 1) // 2] == line for _, number, line in hits)  # each hit's line number in the file
     assert len(demo.search(tiny_model, corpus, lines[7], k=500)[0]) == demo.MAX_RESULTS  # a request is bounded
-    assert demo.search(tiny_model, corpus, lines[7], k=1)[0][0] == pytest.approx((1.0, lines[7]))
+    assert demo.search(tiny_model, corpus, lines[7], k=1)[0][0] == pytest.approx((1.0, 15, lines[7]))
     with pytest.raises(InputError, match="the query is empty"):
         demo.search(tiny_model, corpus, " ")
 
@@ -80,7 +81,7 @@ def test_search_returns_the_exact_top_k(tiny_model):
 def test_read_corpus_refuses_binary_non_utf8_empty_and_too_large(tmp_path, monkeypatch):
     good = tmp_path / "good.txt"
     good.write_text("one\n\n  \ntwo\r\nthree")
-    assert demo.read_corpus(good, 10, 4) == ["one", "two", "three"]
+    assert demo.read_corpus(good, 10, 4) == {1: "one", 4: "two", 5: "three"}
     cases = {
         "binary.txt": (b"\x7fELF\x00\x01\x02", "binary file"),
         "latin1.txt": ("ok\ncaf\u00e9\n".encode("latin-1"), r"latin1.txt:2: invalid UTF-8 at byte 3: save it as UTF-8"),
@@ -101,7 +102,7 @@ def test_match_lists_is_mine_bitext_forward_retrieval(tiny_model_file, tmp_path)
     first = list(dict.fromkeys(generated_sentences(40, seed=5)))[:12]
     second = random.Random(1).sample([s.upper() for s in first], len(first))
     rows = demo.match_lists(model, "\n".join(first[:6] + [""] + first[6:]), "\n".join(second))
-    assert [(a.upper(), b) for _, a, b, _ in rows] == [(s.upper(), s.upper()) for s in first]
+    assert [(a.upper(), b) for _, a, b, _, _ in rows] == [(s.upper(), s.upper()) for s in first]
     assert [line for line, *_ in rows] == [*range(1, 7), *range(8, 14)]
     # the margins are those paraphrastic-mine writes for the same lists (with float32 vectors, as the page keeps)
     (tmp_path / "a.txt").write_text("\n".join(first) + "\n")
@@ -111,8 +112,9 @@ def test_match_lists_is_mine_bitext_forward_retrieval(tiny_model_file, tmp_path)
                              "--load-file", str(tiny_model_file), "--output-file", str(out), "--retrieval",
                              "forward", "--threshold=-inf", "--dtype", "float32"]) == 0  # fmt: skip
     mined = {a: (b, float(s)) for s, a, b in (line.split("\t") for line in out.read_text().splitlines())}
-    for _, a, b, score in rows:
+    for _, a, b, cos, score in rows:
         assert mined[a][0] == b and score == pytest.approx(mined[a][1], abs=1e-6)
+        assert cos == pytest.approx(model.similarity([a], [b])[0, 0], abs=1e-5)
     with pytest.raises(InputError, match="the second list is empty"):
         demo.match_lists(model, "a", "\n\n")
 
@@ -308,6 +310,8 @@ def test_page_similarity_shows_score_raw_text_and_pieces(page, default_model):
     page.type("sentence-2", "漢字テスト")
     page.find("#score-button").click()
     assert "[UNK]" in page.text_when("#pieces-2", lambda t: "[UNK]" in t)
+    family = page.driver.execute_script("return getComputedStyle(arguments[0]).fontFamily", page.find("#pieces-2"))
+    assert "Noto Sans CJK SC" in family  # the browser's CJK fonts are asked for (none: boxes, docs/usage.md)
     assert "multilingual" in page.text_when("#similarity-message", lambda t: "does not know" in t)
 
 
@@ -318,7 +322,31 @@ def test_page_search_finds_the_paraphrase(page):
     message = page.text_when("#search-message", lambda t: "Top 5 of 8 sentences" in t)
     assert " ms." in message
     rows = page.find("#hits").text.splitlines()
-    assert rows[rows.index("sentence") + 2] == "A dog is running through the snow."
+    assert rows[rows.index("sentence") + 2 :][:2] == [str(SENTENCES.index("A dog is running through the snow.") + 1),
+                                                      "A dog is running through the snow."]  # fmt: skip
+
+
+def test_page_search_gives_line_numbers_and_wraps_long_lines(page, server):
+    long = "A dog is running through the deep snow" + " and on across the wide white fields" * 20 + "."
+    path = server.tmp / "numbered.txt"
+    path.write_text(f"\n\nThe market fell.\n\n{long}\nA cat sleeps.\n")
+    page.tab("Search")
+    page.upload(path)
+    page.text_when("#search-message", lambda t: "numbered.txt: 3 sentences" in t)
+    page.paste("query", long)
+    page.find("#search-button").click()
+    page.text_when("#search-message", lambda t: "Top 3 of 3 sentences in numbered.txt" in t)
+    rows = page.find("#hits").text.splitlines()
+    assert rows[rows.index("sentence") + 2 :][:2] == ["5", long]  # the best hit: its line in the file, then it
+    overflow = page.driver.execute_script(
+        "return Math.max(...[...document.querySelectorAll('#hits, #hits *')].map(e => e.scrollWidth - e.clientWidth))"
+    )
+    print(
+        page.driver.execute_script(
+            "return [...document.querySelectorAll('#hits, #hits *')].filter(e => e.scrollWidth - e.clientWidth > 1).map(e => [e.tagName, e.className, e.scrollWidth, e.clientWidth, getComputedStyle(e).whiteSpace, getComputedStyle(e).overflowX])"
+        )
+    )
+    assert overflow <= 1, "a long line runs off sideways"
 
 
 def test_page_matching_pairs_each_line_with_its_translation(page):
@@ -393,9 +421,14 @@ def test_a_port_in_use_is_refused_with_our_option_name():
 def test_the_matching_view_opens_with_an_example_and_hints_at_the_multilingual_model():
     first, second = demo.MATCH_EXAMPLE
     assert len(first) == len(second) >= 2
-    rows = demo.match_lists(demo.get_model("default"), "\n".join(first), "\n".join(second))
-    assert len(rows) == len(first)
+    rows = demo.match_lists(demo.get_model("multilingual"), "\n".join(first), "\n".join(second))
+    assert [b for _, _, b, _, _ in rows] == [second[1], second[2], second[0]]
+    assert all(cos > 0.8 and 1 < margin < 10 for *_, cos, margin in rows)
     assert "multilingual" in static.ENGLISH_ONLY and static.english_only("default")
+    # the English model reads no German: its cosines are near 0, and a ratio over a mean near 0 (15, 2167 and 3 on
+    # 0da63a7) is no margin: left undefined, so none passes cos / MIN_NEIGHBOURHOOD
+    rows = demo.match_lists(demo.get_model("default"), "\n".join(first), "\n".join(second))
+    assert len(rows) == len(first) and all(margin <= 1 / mine_bitext.MIN_NEIGHBOURHOOD for *_, margin in rows)
 
 
 def test_the_demo_checks_its_extra_before_any_work(monkeypatch, capsys):

@@ -43,6 +43,7 @@ from paraphrastic import (
     train_config,
 )
 from paraphrastic.pairs import tokenize_pairs
+from paraphrastic.precision import STORED_PRECISIONS
 
 PROPERTY = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -658,7 +659,7 @@ def test_save_load_is_exact(sp_bytes, tmp_path):
     tokenizer = models.Tokenizer(sp_bytes, lowercase=True)
 
     @PROPERTY
-    @given(st.integers(1, 24), st.integers(0, 2**32 - 1), st.booleans(), st.sampled_from(models.PRECISIONS))
+    @given(st.integers(1, 24), st.integers(0, 2**32 - 1), st.booleans(), st.sampled_from(STORED_PRECISIONS))
     def check(dim, seed, lowercase, precision):
         table = torch.randn(len(tokenizer), dim, generator=torch.Generator().manual_seed(seed)) * 10
         model = models.SPModel(models.Tokenizer(sp_bytes, lowercase), table)

@@ -47,6 +47,8 @@ def test_margin_of_a_tiny_matrix_matches_the_hand_computation():
     # x0: tgt 0 (.8), tgt 1 (0)      y0: src 1 (.96), src 0 (.8)
     # score(x0, y0) = .8 / ((.8 + 0) / 4 + (.96 + .8) / 4) = 1.25
     assert margin(np.array([0.8]), np.array([0.4]), np.array([0.88]))[0] == pytest.approx(1.25)
+    # a neighbourhood whose mean cosine is near 0 is none: 0.1 / 0.0005 would be a margin of 200
+    assert margin(np.array([0.1, 0.1]), np.array([0.0005, 0.05]), np.array([0.0005, 0.05])).tolist() == [-np.inf, 2]
     fwd = nearest_keys(side(tgt, "t"), side(src, "s"), 2, args_for())
     bwd = nearest_keys(side(src, "s"), side(tgt, "t"), 2, args_for())
     np.testing.assert_allclose(neighbourhood(fwd[0]), [0.4, (0.96 + 0.8) / 2, (1 + 0.6) / 2], atol=1e-6)

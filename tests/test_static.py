@@ -3,6 +3,7 @@ commands that only embed a few lines never import torch."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -188,6 +189,24 @@ print(sorted(name for name in ("scipy.sparse", "torch", "tqdm") if name in sys.m
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout == "[]\n['scipy.sparse']\n"
+
+
+def test_every_commands_help_imports_neither_torch_nor_gradio():
+    """--help of each console command (setup.py's entry points) answers without torch or gradio: their imports are
+    a second of a 0.1 s answer."""
+    commands = re.findall(r'"(paraphrastic-[a-z]+) = paraphrastic\.(\w+):(\w+)"', (ROOT / "setup.py").read_text())
+    assert len(commands) == 7
+    for command, module, function in commands:
+        code = f"""
+import contextlib, io, sys
+from paraphrastic.{module} import {function}
+with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
+    {function}(["--help"])
+assert out.getvalue().startswith("usage: {command}"), out.getvalue()[:200]
+print(sorted(name for name in ("torch", "gradio", "scipy.sparse") if name in sys.modules))
+"""
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert (done.returncode, done.stdout) == (0, "[]\n"), (command, done.stderr[-2000:])
 
 
 def test_small_jobs_never_import_torch_and_long_streams_switch_to_its_kernel(tiny_model_file, tmp_path):
