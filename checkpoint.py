@@ -157,6 +157,19 @@ def _pickle_member(archive: zipfile.ZipFile) -> zipfile.ZipInfo | None:
     return pickles[0]
 
 
+def inflation_refusal(members: list[zipfile.ZipInfo], size: int) -> str | None:
+    """Why a zip (torch's format) of `size` bytes is a zip bomb, or None: a member inflating past 64 MiB at a ratio
+    over 100, or members inflating past the file by more than 64 MiB together (torch stores tensors uncompressed:
+    a model's members hold no more than its own bytes)."""
+    for info in members:
+        if info.file_size > (64 << 20) and info.file_size > 100 * max(info.compress_size, 1):
+            return f"member {info.filename} inflates {info.compress_size:,} bytes to {info.file_size:,}"
+    total = sum(info.file_size for info in members)
+    if total > size + (64 << 20):
+        return f"its {len(members)} members inflate to {total:,} bytes from a file of {size:,}"
+    return None
+
+
 def read_pickle(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, storage=None):
     """A torch zip's pickle, walked by its operations first (count_ops), then unpickled (`storage`: see
     _Unpickler; without it, a scan). It is inflated once, into memory (at most MAX_PICKLE_BYTES: _pickle_member),
@@ -206,6 +219,8 @@ def read_checkpoint(path: Path) -> dict | None:
         return None
     try:
         with zipfile.ZipFile(path) as archive:
+            if why := inflation_refusal(archive.infolist(), path.stat().st_size):
+                raise _Hostile(why)
             info = _pickle_member(archive)
             if info is None or info.compress_type != zipfile.ZIP_STORED:  # torch stores its pickle as it is
                 return None

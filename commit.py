@@ -23,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -32,11 +34,20 @@ import sys
 import uuid
 from pathlib import Path
 
-from paraphrastic.fileio import InputError, OutputError, atomic_output, left_by_dead
+from paraphrastic.fileio import (
+    PARTS_FOLDER_NAMES,
+    Error,
+    InputError,
+    OutputError,
+    atomic_output,
+    left_by_dead,
+)
 
-CLAIM, STAGING, MANIFEST, DONE = "_claim", "_temporary", "_manifest.parquet", "_SUCCESS"
+CLAIM, STAGING, MANIFEST, DONE = PARTS_FOLDER_NAMES  # "_claim", "_temporary", "_manifest.parquet", "_SUCCESS"
 STAGED = ".staged"  # a staged part's suffix: part-*.parquet.staged
-FORMAT = "paraphrastic-parts"
+FORMAT, VERSION = "paraphrastic-parts", 3  # version 3: each part's size and sha256
+PART = re.compile(r"part-\d{6}-\d{5}\.parquet")  # a part's name: its item, then its number in the item
+SHA256 = re.compile(r"[0-9a-f]{64}")
 KEY = b"paraphrastic"  # the manifest's key in the Parquet metadata
 
 
@@ -122,17 +133,46 @@ class Job:
         write_json(job_file, self.spec)
 
     def committed(self) -> dict[int, dict]:
-        """The records of the work items already committed (by this run or the stopped one it resumes)."""
+        """The records of the work items already committed (by this run or the stopped one it resumes), each
+        checked: a record of an item of this job, naming its own parts, each there (staged, or published by a
+        publish that stopped) with the size and sha256 it was written with. A record that fails is removed and
+        its item done again."""
         records = {}
-        for path in (self.staging / "items").glob("*.json"):
-            record = read_json(path)
-            if all((self.staging / (name + STAGED)).exists() or (self.out / name).exists() for name in record["parts"]):
-                records[int(record["item"])] = record
+        for path in sorted((self.staging / "items").glob("*.json")):
+            if not path.is_file():
+                continue
+            try:
+                record = read_json(path)
+                item = checked_record(record, len(self.spec["items"]))
+                lines = self.spec["items"][item]["lines"]
+                if path.name != f"{item:06d}.json" or (lines >= 0 and sum(record["part_rows"]) != lines):
+                    raise InputError(f"{path.name}: not the whole record of item {item}")
+                for name, size, digest in zip(
+                    record["parts"], record["part_bytes"], record["part_sha256"], strict=True
+                ):
+                    part = self.staging / (name + STAGED)
+                    check_part(part if part.exists() else self.out / name, size, digest)
+            except InputError:
+                path.unlink(missing_ok=True)  # the item runs again and writes its parts anew
+                continue
+            records[item] = record
         return records
 
     def commit(self, record: dict) -> None:
         """Record one finished work item (its parts already renamed into staging): a resumed run skips it."""
         write_json(self.staging / "items" / f"{int(record['item']):06d}.json", record)
+
+    def check_staged(self, records: dict[int, dict]) -> None:
+        """Before publishing: every committed part is there with the size it was written with; one that is not loses
+        its item's record (--resume runs it again). Its content is checked by --resume and by read_parts: hashing
+        every part here would cost the driver a read of the whole output."""
+        for record in records.values():
+            for name, size in zip(record["parts"], record["part_bytes"], strict=True):
+                path = self.staging / (name + STAGED)
+                path = path if path.exists() else self.out / name
+                if not path.is_file() or path.stat().st_size != size:
+                    (self.staging / "items" / f"{record['item']:06d}.json").unlink(missing_ok=True)
+                    raise Damaged(f"{path}: changed under the run (it is not the part that was written)")
 
     def publish(self, records: dict[int, dict], totals: dict) -> dict:
         """Move every committed item's parts out of staging, in order, then write the manifest and `_SUCCESS` last;
@@ -140,11 +180,13 @@ class Job:
         kept)."""
         parts = []
         for k in sorted(records):
-            for name, rows in zip(records[k]["parts"], records[k]["part_rows"], strict=True):
+            record = records[k]
+            for name, rows, size, digest in zip(record["parts"], record["part_rows"], record["part_bytes"],
+                                                record["part_sha256"], strict=True):  # fmt: skip
                 if (self.staging / (name + STAGED)).exists():
                     os.replace(self.staging / (name + STAGED), self.out / name)
-                parts.append({"name": name, "rows": rows})
-        manifest = {"format": FORMAT, "version": 2, **self.spec, "run": self.record, "finished": now()}
+                parts.append({"name": name, "rows": rows, "bytes": size, "sha256": digest})
+        manifest = {"format": FORMAT, "version": VERSION, **self.spec, "run": self.record, "finished": now()}
         manifest |= totals | {"rows": sum(p["rows"] for p in parts), "parts": parts}
         for old in left_by_dead(self.out, f".{CLAIM}"):  # a killed run's claim, never linked (its half-written
             old.unlink(missing_ok=True)  # manifest goes as the atomic write begins)
@@ -166,6 +208,10 @@ class Job:
                 with contextlib.suppress(OSError):
                     self.out.rmdir()
         self.handle.close()
+
+
+class Damaged(Error):
+    """A staged part that is not the one written: its item is done again by --resume."""
 
 
 class Finished(Exception):
@@ -281,7 +327,8 @@ def resume_command(command: str) -> str:
 def check_same(out: Path, staged: dict, spec: dict, what: str) -> str:
     """Refuse to resume a staged or finished job of other inputs, model or options; returns a line saying what
     the folder holds."""
-    for key, name in (("kind", "command"), ("inputs", "inputs"), ("model", "model"), ("options", "options")):
+    for key, name in (("kind", "command"), ("inputs", "inputs"), ("model", "model"), ("options", "options"),
+                      ("items", "work items (another version of the toolkit)")):  # fmt: skip
         if staged.get(key) != spec.get(key):
             differ = ""
             if key == "inputs":
@@ -321,7 +368,54 @@ def read_manifest(path: Path) -> dict:
         raise InputError(f"{path}: not a manifest this toolkit wrote whole ({type(e).__name__})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("parts"), list):
         raise InputError(f"{path}: not a manifest of paraphrastic's parts")
+    if data.get("version") != VERSION:
+        raise InputError(f"{path}: a manifest of version {data.get('version')!r:.20}; this toolkit reads version "
+                         f"{VERSION} (its parts' checksums): run the job again")  # fmt: skip
+    order = []
+    for part in data["parts"]:
+        fields = isinstance(part, dict) and PART.fullmatch(str(part.get("name"))) and is_count(part.get("rows"))
+        if not fields or not is_count(part.get("bytes")) or not SHA256.fullmatch(str(part.get("sha256"))):
+            raise InputError(f"{path}: a part entry that is not one this toolkit writes ({str(part)[:80]})")
+        order.append(part["name"])
+    if (
+        order != sorted(set(order))
+        or not is_count(data.get("rows"))
+        or data["rows"] != sum(p["rows"] for p in data["parts"])
+    ):
+        raise InputError(f"{path}: its parts are out of order, repeated, or do not add up to its rows")
     return data
+
+
+def is_count(value) -> bool:
+    return type(value) is int and value >= 0
+
+
+def checked_record(record: dict, items: int) -> int:
+    """A commit record's item number, once the record is found to be one this toolkit writes: an item of the job,
+    its parts named part-ITEM-PART.parquet in order (a plain name in the folder, never a path), each with its
+    rows, size and sha256; an InputError otherwise."""
+    item = record.get("item")
+    if type(item) is not int or not 0 <= item < items:
+        raise InputError(f"item {item!r:.20} is not a work item of the job")
+    parts = record.get("parts")
+    lists = [record.get(k) for k in ("part_rows", "part_bytes", "part_sha256")]
+    if not isinstance(parts, list) or not all(isinstance(x, list) and len(x) == len(parts) for x in lists):
+        raise InputError(f"item {item}: its record does not list its parts whole")
+    names = [f"part-{item:06d}-{k:05d}.parquet" for k in range(len(parts))]
+    counts = all(is_count(x) for x in lists[0] + lists[1])
+    if parts != names or not counts or not all(SHA256.fullmatch(str(x)) for x in lists[2]):
+        raise InputError(f"item {item}: its record names parts that are not its own")
+    return item
+
+
+def check_part(path: Path, size: int, digest: str) -> None:
+    """Refuse a part whose size or sha256 is not the one recorded when it was written."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size != size or hashlib.file_digest(f, "sha256").hexdigest() != digest:
+                raise InputError(f"{path}: not the part that was written (damaged or replaced)")
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
 def manifest(folder: str | os.PathLike) -> dict:
@@ -337,12 +431,8 @@ def manifest(folder: str | os.PathLike) -> dict:
     missing = [p["name"] for p in data["parts"] if not (folder / p["name"]).is_file()]
     if missing:
         raise InputError(f"{folder}: {len(missing)} parts its manifest lists are missing ({missing[0]}, ...)")
+    for part in data["parts"]:
+        if (folder / part["name"]).stat().st_size != part["bytes"]:
+            raise InputError(f"{folder / part['name']}: not the part its manifest lists (its size differs); "
+                             "the folder was changed after its run finished")  # fmt: skip
     return data
-
-
-def output_of(path: Path) -> Path | None:
-    """The output folder of ours that a file lies in (a part, or a staged part), if any."""
-    for folder in (path.parent, path.parent.parent):
-        if any((folder / name).exists() for name in (CLAIM, STAGING, MANIFEST, DONE)):
-            return folder
-    return None

@@ -29,7 +29,7 @@ from paraphrastic import knn, mine_bitext
 from paraphrastic.cli import at_least, cli_parser, run_cli
 from paraphrastic.fileio import Error, InputError, count_lines, install_hint, open_input, read_lines
 from paraphrastic.static import ENGLISH_ONLY, SHIPPED, english_only
-from paraphrastic.workers import use_threads
+from paraphrastic.workers import available_memory, use_threads
 
 if TYPE_CHECKING:  # torch is imported where the page first needs it: --help answers without it (0.1 s, not 1 s)
     import torch
@@ -141,17 +141,6 @@ def similarity(model: Model, a: str | None, b: str | None) -> tuple[float, list,
 
 
 # ----------------------------------------------------------------------------- search
-
-
-def available_memory() -> int:
-    """Bytes of memory available to new allocations (MemAvailable), or free memory where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def check_corpus_size(lines: int, dim: int, max_lines: int, name: str) -> None:

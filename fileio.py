@@ -85,10 +85,25 @@ def open_binary(path: Path) -> BinaryIO:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+PARTS_FOLDER_NAMES = ("_claim", "_temporary", "_manifest.parquet", "_SUCCESS")  # commit.py's bookkeeping names
+
+
+def parts_folder_of(path: Path) -> Path | None:
+    """The Ray engine's output folder (commit.py) that a file lies in (a part, a staged part, its bookkeeping), if
+    any."""
+    for folder in (path.parent, path.parent.parent):
+        if any((folder / name).exists() for name in PARTS_FOLDER_NAMES):
+            return folder
+    return None
+
+
 def refuse_same_file(output: str | os.PathLike | None, *inputs: str | os.PathLike | None) -> None:
     """Fail before any work when an output would overwrite one of the run's inputs (the same file under any name:
-    a link, a relative path, a file inside an input folder). Callers pass models as the files their names stand
-    for (static.model_path), so a shipped model's name or the default is checked too."""
+    a link, a relative path, a file inside an input folder), or a file of the Ray engine's output folder (a part,
+    `_SUCCESS`: what its manifest promises would no longer hold). Callers pass models as the files their names
+    stand for (static.model_path), so a shipped model's name or the default is checked too."""
+    if output is not None and str(output) != "-" and (folder := parts_folder_of(Path(output).resolve())):
+        raise InputError(f"{output}: lies in {folder}, an output folder of --engine ray; write the output elsewhere")
     if output is None or not Path(output).exists():
         return
     for item in inputs:

@@ -33,6 +33,7 @@ from paraphrastic.checkpoint import (
     checked_finite,
     checked_rows,
     checkpoint_fields,
+    inflation_refusal,
     scan_model_file,
     sp_tokenizer,
 )
@@ -364,12 +365,26 @@ def _safe_load(path: Path) -> dict:
         raise ModelError(f"{path}: not a model checkpoint (top level is {type(state).__name__})")
     for key in ("config", "args"):
         check_small(state.get(key), path, key)
+    check_layouts(state, path)
     return state
 
 
+def check_layouts(value, path: Path, name: str = "", depth: int = 0) -> None:
+    """Refuse a tensor not laid out as torch.save writes ours: contiguous and within its storage. A view declares
+    any shape over little memory (80,000 x 12,000 over one float, in 2 MB), and becomes that size when used."""
+    if isinstance(value, torch.Tensor):
+        storage = value.untyped_storage().nbytes() // max(value.element_size(), 1)
+        if not value.is_contiguous() or value.storage_offset() + value.numel() > storage:
+            raise ModelError(f"{path}: tensor {name or '?'} of shape {tuple(value.shape)} is a view over {storage:,} "
+                             "values, not laid out as a model file's; refused (the file is corrupt or hostile)")  # fmt: skip
+    elif depth < 8 and isinstance(value, dict | list | tuple):
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+            check_layouts(item, path, f"{name}.{key}" if name else str(key), depth + 1)
+
+
 def _check_inflation(path: Path) -> None:
-    """Refuse a zip (torch's format) whose members inflate far beyond their stored size (a zip bomb):
-    torch stores tensors uncompressed, so a ratio of 100 over 64 MiB is no model of ours."""
+    """Refuse a zip (torch's format) whose members inflate beyond the file (a zip bomb), each or all together:
+    torch stores tensors uncompressed, so a model's members hold no more than its own bytes (64 MiB allowed over)."""
     try:
         if not zipfile.is_zipfile(path):
             return
@@ -377,12 +392,8 @@ def _check_inflation(path: Path) -> None:
             members = z.infolist()
     except Exception:  # noqa: BLE001 - any damaged zip directory: torch.load refuses the file with its own error
         return
-    for info in members:
-        if info.file_size > (64 << 20) and info.file_size > 100 * max(info.compress_size, 1):
-            raise ModelError(
-                f"{path}: member {info.filename} inflates {info.compress_size:,} bytes to {info.file_size:,}; "
-                "not a model file this toolkit wrote"
-            )
+    if why := inflation_refusal(members, path.stat().st_size):
+        raise ModelError(f"{path}: {why}; not a model file this toolkit wrote")
 
 
 def _unpickler_line(error: Exception, word: str) -> str | None:

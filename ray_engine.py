@@ -18,6 +18,7 @@ import contextlib
 import functools
 import gc
 import glob
+import hashlib
 import json
 import logging
 import os
@@ -48,6 +49,7 @@ from paraphrastic.fileio import (
     iter_line_blocks,
     open_input,
     parse_pair_lines,
+    parts_folder_of,
 )
 from paraphrastic.precision import check_truncate_dim, rows_as
 from paraphrastic.static import model_path, use_torch_for
@@ -190,19 +192,28 @@ def input_files(patterns: list[str], text_column: str | None = None) -> list[Pat
     must not be parts of one of our output folders."""
     files, seen = [], set()
     for pattern in patterns:
-        found = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        found = [f for f in found if not (glob.has_magic(pattern) and os.path.isdir(f))]
+        glob_ = glob.has_magic(pattern) and not os.path.lexists(pattern)  # a file named `[x].txt` is that file
+        found = [f for f in sorted(glob.glob(pattern)) if not os.path.isdir(f)] if glob_ else [pattern]
         if not found:
             raise InputError(f"{pattern}: no file matches")
         for name in found:
             if os.path.isdir(name):
                 raise InputError(f"{name}: is a folder; --input takes files or globs ('{name}/*.txt')")
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InputError(f"{name.encode('utf-8', 'surrogateescape')!r}: a file name that is not UTF-8, "
+                                 "which Ray cannot pass to its workers; rename the file") from None  # fmt: skip
             key = os.path.realpath(name)
             if key not in seen:
                 seen.add(key)
                 files.append(Path(name))
     for path in files:
-        open_input(path)
+        if open_input(path) == 0:
+            with open(path, "rb") as f:
+                if f.read(1):  # a /proc or /sys file: its size, which the work items are cut by, is not its length
+                    raise InputError(f"{path}: its size is not known before it is read (a /proc or /sys file); "
+                                     "copy it to a regular file")  # fmt: skip
         if path.suffix == ".parquet":
             check_parquet(path, text_column)
     return files
@@ -210,7 +221,7 @@ def input_files(patterns: list[str], text_column: str | None = None) -> list[Pat
 
 def check_parquet(path: Path, text_column: str | None) -> None:
     """A Parquet input is text: not a part of our output, and with the text column (read from its footer)."""
-    ours = commit.output_of(path.resolve())
+    ours = parts_folder_of(path.resolve())
     if ours is not None:
         raise InputError(f"{path}: a part of the output folder {ours}, not text; leave it out of --input")
     import pyarrow.parquet as pq
@@ -230,9 +241,10 @@ def check_parquet(path: Path, text_column: str | None) -> None:
 
 def plan(files: list[Path], lines_per_item: int = LINES_PER_ITEM) -> list[dict]:
     """The work items: (file as named, its absolute path, its position, item number, first line, byte offset,
-    lines; -1 lines: to the end)."""
+    lines; -1 lines: to the end; the file's size and modification time, which its reader checks)."""
     items = []
     for position, path in enumerate(files):
+        stat = path.stat()
         if path.suffix in (".gz", ".parquet"):  # no seeking into these: one item each
             starts, total = [(0, 0)], -1
         else:
@@ -240,8 +252,23 @@ def plan(files: list[Path], lines_per_item: int = LINES_PER_ITEM) -> list[dict]:
         for k, (line, offset) in enumerate(starts):
             end = starts[k + 1][0] if k + 1 < len(starts) else total
             items.append({"file": str(path), "path": os.path.abspath(path), "position": position, "item": len(items),
-                          "first": line, "offset": offset, "lines": end - line if end >= 0 else -1})  # fmt: skip
+                          "first": line, "offset": offset, "lines": end - line if end >= 0 else -1,
+                          "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})  # fmt: skip
     return items
+
+
+class InputChanged(Error):
+    """An input that changed under the run: its rows would mix two contents. What is committed stays (it is of
+    the content the run began with): restored, the file lets --resume finish; changed, it needs a new run."""
+
+
+def check_unchanged(item: dict) -> None:
+    """Refuse an item's input whose size or modification time is no longer what they were when the run planned
+    it (a worker checks before and after reading its item)."""
+    stat = os.stat(item["path"])
+    if (stat.st_size, stat.st_mtime_ns) != (item["size"], item["mtime_ns"]):
+        raise InputChanged(f"{item['file']}: changed during the run ({item['size']:,} bytes when it began, "
+                           f"{stat.st_size:,} now)")  # fmt: skip
 
 
 def read_items(item: dict, text_column: str, strict: bool) -> Iterator[tuple[int, list[str], int]]:
@@ -299,8 +326,9 @@ class Parts:
             return {"item": int(item["item"]), "error": f"{type(e).__name__}:{e}"}
 
     def work(self, item: dict) -> dict:
-        record = {"item": int(item["item"]), "file": item["file"], "parts": [], "part_rows": [], "bad_lines": 0,
-                  "shown_bad": [], "invalid_utf8_lines": 0}  # fmt: skip
+        record = {"item": int(item["item"]), "file": item["file"], "parts": [], "part_rows": [], "part_bytes": [],
+                  "part_sha256": [], "bad_lines": 0, "shown_bad": [], "invalid_utf8_lines": 0}  # fmt: skip
+        check_unchanged(item)
         for first, lines, invalid in read_items(item, self.text_column, self.strict):
             if self.score:
                 pairs, bad = parse_pair_lines(lines, item["file"], first + 1, self.skip_bad)
@@ -310,10 +338,13 @@ class Parts:
             else:
                 table = self.vectors(item["file"], first, lines)
             name = f"part-{int(item['item']):06d}-{len(record['parts']):05d}.parquet"
-            write_part(self.out / (name + commit.STAGED), table)
+            size, digest = write_part(self.out / (name + commit.STAGED), table)
             record["parts"].append(name)
             record["part_rows"].append(len(lines))
+            record["part_bytes"].append(size)
+            record["part_sha256"].append(digest)
             record["invalid_utf8_lines"] += invalid
+        check_unchanged(item)  # read whole, and of one content
         return record
 
     def vectors(self, file: str, first: int, lines: list[str]):
@@ -337,15 +368,22 @@ def keyed(file: str, first: int, count: int):
     return pa.table({"file": pa.array([file] * count, pa.string()), "line": pa.array(np.arange(first, first + count))})
 
 
-def write_part(path: Path, table) -> None:
+def write_part(path: Path, table) -> tuple[int, str]:
     """Write one Parquet part under a temporary name and rename it (a retried task writes the same name: the part
-    is whole, once). Vectors are stored plain: float rows gain nothing from dictionaries or compression, and
-    trying costs more than the embedding."""
+    is whole, once); returns its size and sha256, which its commit record and the manifest keep, so that --resume
+    and read_parts find a part damaged or replaced. Vectors are stored plain: float rows gain nothing from
+    dictionaries or compression, and trying costs more than the embedding."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="none", use_dictionary=["file"], write_statistics=["file", "line"])
+    data = sink.getvalue()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp, compression="none", use_dictionary=["file"], write_statistics=["file", "line"])
+    with open(tmp, "wb") as f:
+        f.write(data)
     os.replace(tmp, path)
+    return data.size, hashlib.sha256(data).hexdigest()
 
 
 def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
@@ -425,7 +463,7 @@ def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
                 ray.kill(member)
     if failed:  # the first bad input, in input order, as the local commands say it
         kind, _, message = failed["error"].partition(":")
-        raise (ModelError if kind == "ModelError" else InputError)(message)
+        raise {"ModelError": ModelError, "InputChanged": InputChanged}.get(kind, InputError)(message)
     return done
 
 
@@ -443,17 +481,22 @@ def silent(running: dict, heard: dict, times: list[float], lost: set) -> None:
             ray.kill(member, no_restart=True)
 
 
-def read_parts(folder: str | os.PathLike, columns: list[str] | None = None):
+def read_parts(folder: str | os.PathLike, columns: list[str] | None = None, verify: bool = True):
     """The rows of a finished --output-dir as one pyarrow Table in input order: exactly the parts its manifest
-    lists, their row count checked; a folder without the manifest (a run not finished, killed or still running)
-    is refused, naming what is missing."""
+    lists, in its order, each of the size and (with `verify`, about a second a GB) the sha256 it was written with,
+    their row count checked; a folder without the manifest (a run not finished, killed or still running), or whose
+    parts are not those the manifest lists, is refused with one InputError naming what is wrong."""
     import pyarrow.parquet as pq
 
     folder = Path(folder)
     manifest = commit.manifest(folder)
     paths = [folder / part["name"] for part in manifest["parts"]]
-    if not paths:
-        raise InputError(f"{folder}: its run had no lines to write")
+    if verify:
+        for path, part in zip(paths, manifest["parts"], strict=True):
+            commit.check_part(path, part["bytes"], part["sha256"])
+    if not paths:  # a job of no lines: its columns, no rows
+        schema = pq.read_schema(folder / commit.MANIFEST).remove_metadata()
+        return schema.empty_table().select(columns) if columns else schema.empty_table()
     table = pq.read_table(paths, columns=columns) if len(paths) > 1 else pq.read_table(paths[0], columns=columns)
     if len(table) != manifest["rows"]:
         raise InputError(f"{folder}: {len(table)} rows in its parts, its manifest says {manifest['rows']}")
@@ -609,6 +652,8 @@ def run_job(job: commit.Job, items: list[dict], args, kind: str, parts: dict) ->
         bar = tqdm(total=total, unit=unit, disable=args.quiet, file=sys.stderr, desc=kind, initial=initial)
         run(todo, job.staging, min(args.threads or cpus, cpus), on_done=done, model=args.load_file,
             batch_size=args.batch_size, strict=args.strict, **parts)  # fmt: skip
+        check_inputs_unchanged(job.spec["inputs"])  # every row is of the content the run began with
+        job.check_staged(records)
     except (Exception, KeyboardInterrupt) as e:
         if bar is not None:
             bar.leave = False  # the error line alone
@@ -619,10 +664,13 @@ def run_job(job: commit.Job, items: list[dict], args, kind: str, parts: dict) ->
         keep = bool(records)
         job.release(keep=keep)
         signalled = isinstance(e, KeyboardInterrupt | Stopped)
-        why = "interrupted" if signalled else f"stopped ({type(e).__name__}: {e})"
+        why = "interrupted" if signalled else f"stopped ({type(e).__name__}: {one_line(e)})"
         where = (f"{len(records)} of {len(items)} work items are committed in {job.out}; finish with: "
                  f"{commit.resume_command(job.record['command'])}") if keep else "nothing was kept"  # fmt: skip
-        code = e.exit_code if isinstance(e, Stopped) else 143 if isinstance(e, Terminated) else 130 if signalled else 1
+        if isinstance(e, InputChanged):
+            why, where = str(e), (f"{where} once the file is as it was, or give a new --output-dir" if keep else where)
+        code = e.exit_code if isinstance(e, Stopped | InputChanged) else 143 if isinstance(e, Terminated) else (
+            130 if signalled else 1)  # fmt: skip
         raise Stopped(f"{why}; {where}", code) from None
     bar.close()
     totals = {"bad_lines": sum(r["bad_lines"] for r in records.values()),
@@ -630,6 +678,23 @@ def run_job(job: commit.Job, items: list[dict], args, kind: str, parts: dict) ->
     manifest = job.publish(records, totals)
     report(manifest, records, kind, len(job.spec["inputs"]), job.out)
     return 0
+
+
+def check_inputs_unchanged(inputs: list[dict]) -> None:
+    """Before publishing: every input still has the size and sha256 the run began with (a file rewritten in place,
+    even to the same size and time, is found)."""
+    for given in inputs:
+        path = Path(given["path"])
+        if not path.is_file() or path.stat().st_size != given["bytes"] or file_digest(path) != given["sha256"]:
+            raise InputChanged(f"{given['file']}: changed during the run (its content is not the one it began with)")
+
+
+def one_line(error: BaseException) -> str:
+    """A failure under Ray as one line: the remote error's own first line, not Ray's tracebacks around it."""
+    cause = getattr(error, "cause", None)
+    error = cause if isinstance(cause, BaseException) else error
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
 
 
 def report(manifest: dict, records: dict, kind: str, files: int, out: Path) -> None:

@@ -232,8 +232,9 @@ def _watch_parent(parent: int) -> None:
 def _stop(jobs: list[Connection], results: list[Connection], forked: list[int], exits: list[int], owner: int) -> None:
     """Tell each worker of a pool to stop and close its pipes, so that each ends after the jobs it holds (one
     sending a result no one takes ends at once), and wait for the workers the caller forked (each waits for those it
-    forked). The stop is a message, not the pipe's end: a process forked meanwhile (another pool's worker, one's own
-    fork) holds copies of the caller's ends."""
+    forked; a stopped one is killed: nothing it holds is wanted, and it would hold the caller for ever). The stop is
+    a message, not the pipe's end: a process forked meanwhile (another pool's worker, one's own fork) holds copies
+    of the caller's ends."""
     if os.getpid() != owner:
         return
     for connection in jobs:
@@ -241,6 +242,9 @@ def _stop(jobs: list[Connection], results: list[Connection], forked: list[int], 
             connection.send(None)
     _close(jobs + results)
     for pid in forked:
+        if process_state(pid) in ("T", "t"):  # stopped (SIGSTOP, a debugger): it would never read the stop
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
     for fd in exits:
@@ -318,6 +322,7 @@ class Workers:
 
     def _launch(self) -> None:
         make_room_for_files(self.size)
+        make_room_for_memory(self.size)
         pipes = [(multiprocessing.Pipe(duplex=False), multiprocessing.Pipe(duplex=False)) for _ in range(self.size)]
         ends = [(jobs_in, results_out) for (jobs_in, _), (_, results_out) in pipes]
         self.jobs.extend(jobs_out for (_, jobs_out), _ in pipes)
@@ -445,6 +450,29 @@ class Workers:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+WORKER_BYTES = 64 << 20  # the least a worker process holds of its own (its jobs' lines and rows; a killed one: 143 MB)
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new allocations (MemAvailable), or free memory where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def make_room_for_memory(workers: int) -> None:
+    """Refuse, before any fork, more workers than the memory holds (WORKER_BYTES each): `--threads 1000` forked
+    until the kernel's out-of-memory killer took processes, this run's and others'."""
+    need, have = workers * WORKER_BYTES, available_memory()
+    if need > have:
+        raise WorkerError(f"{workers} worker processes need at least {need / 2**30:.1f} GiB, and {have / 2**30:.1f} GiB "
+                          f"is available: run with fewer --threads (this machine has {os.cpu_count()} cores)")  # fmt: skip
 
 
 def make_room_for_files(workers: int) -> None:

@@ -962,3 +962,59 @@ def test_a_large_output_goes_to_disk_while_it_is_written_not_all_at_its_fsync(tm
         time.sleep(0.1)
     assert synced and max(synced) == 20 * 4096  # synced while the block ran, up to what it wrote
     assert not [t for t in threading.enumerate() if t.name == "flushing"]
+
+
+def hostile_layouts(tiny_model, tmp_path) -> dict[str, Path]:
+    """Model files whose tables declare far more than they hold: views of 80,000 rows (stride 0, overlapping
+    strides; float and int8), and a file whose members, each under the per-member floor, inflate past it together."""
+    pieces = len(tiny_model.tokenizers[0])
+    views = {
+        "stride-0 80,000 x 12,000": torch.zeros(1).expand(80_000, 12_000),
+        "stride-0 80,000 x 65,536": torch.zeros(1).expand(80_000, 65_536),
+        "overlapping strides": torch.zeros(100_000).as_strided((80_000, 12_000), (1, 1)),
+        "int8 stride-0": torch.zeros(1, dtype=torch.int8).expand(80_000, 65_536),
+    }
+    files = {}
+    for name, table in views.items():
+        state = tiny_model.checkpoint() | {"embedding": table, "piece_rows": torch.arange(pieces), "unk_row": 0}
+        if table.dtype == torch.int8:
+            state |= {"format_version": 2, "embedding_scale": torch.ones(1, dtype=torch.bfloat16).expand(80_000, 1)}
+        files[name] = tmp_path / f"{name.replace(' ', '_').replace(',', '')}.pt"
+        torch.save(state, files[name])
+    files["members inflating together"] = path = tmp_path / "deflated.pt"
+    tiny_model.save(path)
+    with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as z:
+        for k in range(2):
+            with z.open(f"tiny/data/extra{k}", "w", force_zip64=True) as member:
+                for _ in range(60):
+                    member.write(bytes(1 << 20))  # 60 MiB of zeros, each under the 64 MiB floor of one member
+    return files
+
+
+def test_hostile_model_layouts_are_refused_in_one_line_in_little_memory_and_time(tiny_model, tmp_path):
+    """Both readers (load_model, load_encoder: the commands' torch-free one) and paraphrastic-embed refuse each file
+    in one line, within 10 s and under 1 GB at the peak (a stride-0 table once took 6.8 GB; 200 deflated members
+    7.4 GB)."""
+    code = """
+import resource, sys, time
+from paraphrastic import load_encoder, models
+from paraphrastic.fileio import ModelError
+start = time.perf_counter()
+try:
+    (models.load_model if sys.argv[2] == "torch" else load_encoder)(sys.argv[1])
+    print("loaded")
+except ModelError as e:
+    print("refused", time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10, str(e))
+"""
+    (tmp_path / "s.txt").write_text("a man plays a guitar\n")
+    for name, path in hostile_layouts(tiny_model, tmp_path).items():
+        for reader in ("torch", "torch-free"):
+            done = subprocess.run([sys.executable, "-c", code, str(path), reader], capture_output=True, text=True)
+            said, seconds, peak_mib, message = (done.stdout.split(" ", 3) + ["", "", "", ""])[:4]
+            assert said == "refused", (name, reader, done.stdout, done.stderr[-1500:])
+            assert said == "refused" and float(seconds) < 10 and int(peak_mib) < 1024, (name, reader, done.stdout)
+            assert "\n" not in message.strip() and str(path) in message, (name, message)
+        embed = [sys.executable, "-m", "paraphrastic.embed_sentences", "--load-file", str(path), "--sentence-file",
+                 str(tmp_path / "s.txt"), "--output-file", str(tmp_path / "v.npy")]  # fmt: skip
+        done = subprocess.run(["prlimit", f"--as={3 << 30}", *embed], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "error:" in done.stderr, (name, done.stderr)

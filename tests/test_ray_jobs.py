@@ -7,6 +7,7 @@ import ast
 import gzip
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -220,6 +221,77 @@ def test_options_the_engine_would_not_follow_are_one_usage_error(tmp_path, capsy
         assert main([*args, "--truncate-dim", "300"]) == 2
         assert capsys.readouterr().err == "error: --truncate-dim 300 is more than the model's 256 values a row\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def change(action: str, files: list[Path], out: Path, rng: random.Random) -> None:
+    """One fault of the injection test, done while the run is under way."""
+    victim = rng.choice(files)
+    if action == "truncate an input":
+        with open(victim, "r+b") as f:
+            f.truncate(victim.stat().st_size // 2)
+    elif action == "rewrite an input in place":  # the same size and modification time, other content
+        stat, data = victim.stat(), victim.read_bytes()
+        victim.write_bytes(data.upper() if data != data.upper() else data.lower())
+        os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    elif action == "swap two inputs":
+        other = rng.choice([f for f in files if f != victim])
+        a, b = victim.read_bytes(), other.read_bytes()
+        victim.write_bytes(b), other.write_bytes(a)
+    else:  # a staged part cut short, or its bytes flipped (then the run is stopped: --resume finds it)
+        staged = sorted((out / commit.STAGING).glob(f"*{commit.STAGED}"))
+        part = rng.choice(staged)
+        data = bytearray(part.read_bytes())
+        if action == "cut a staged part":
+            part.write_bytes(data[: len(data) // 2])
+        else:
+            data[100:164] = bytes(255 - x for x in data[100:164])
+            part.write_bytes(data)
+            raise KeyboardInterrupt  # the driver stopped: its run is resumed
+
+
+def test_inputs_or_parts_changed_at_random_moments_never_publish_wrong_rows(
+    cluster, tiny_model_file, inputs, tmp_path, monkeypatch
+):
+    """Fault injection: 10 seeded runs, each changing an input (truncated, rewritten in place to the same size and
+    time, two swapped) or a staged part (cut, or its bytes flipped and the driver stopped) after a random commit:
+    each run ends refused, or resumed (--resume) to the straight run's rows; never `_SUCCESS` over wrong rows."""
+    inputs = inputs[:6]  # 6 work items a run: 10 runs and 4 resumes in well under a minute
+    want = straight(cluster, tiny_model_file, inputs, tmp_path / "straight", "--threads", "1")
+    actions = ["truncate an input", "rewrite an input in place", "swap two inputs", "cut a staged part",
+               "flip a staged part's bytes"]  # fmt: skip
+    real_commit, ends = commit.Job.commit, []
+    for seed in range(10):
+        rng = random.Random(seed)
+        action, at = actions[seed % len(actions)], rng.randrange(1, len(inputs) - 1)
+        folder = tmp_path / f"in-{seed}"
+        folder.mkdir()
+        for f in inputs:
+            shutil.copyfile(f, folder / f.name)
+        files = [folder / f.name for f in inputs]
+        out, commits = tmp_path / f"o-{seed}", []
+
+        def commit_then_change(job, record, files=files, out=out, commits=commits, action=action, at=at, rng=rng):
+            real_commit(job, record)
+            commits.append(record["item"])
+            if len(commits) == at:
+                change(action, files, out, rng)
+
+        monkeypatch.setattr(commit.Job, "commit", commit_then_change)
+        args = ["--engine", "ray", "--address", cluster, "--input", *map(str, files), "--output-dir", str(out),
+                "--load-file", str(tiny_model_file), "--quiet", "--threads", "1"]  # fmt: skip
+        code = embed_sentences.main(args)
+        monkeypatch.setattr(commit.Job, "commit", real_commit)
+        if "staged part" in action:  # refused, then resumed: the damaged part's item runs again
+            assert code != 0 and not (out / commit.DONE).exists(), (seed, action)
+            assert embed_sentences.main([*args, "--resume"]) == 0
+            keys, vectors = rows_of(out)
+            assert keys == [(str(folder / k[0].rsplit("/", 1)[1]), k[1]) for k in want[0]] and vectors == want[1]
+            ends.append("resumed")
+        else:
+            assert code == 2 and not (out / commit.DONE).exists(), (seed, action)
+            assert (out / commit.STAGING).is_dir() or not commits  # what was committed is kept
+            ends.append("refused")
+    assert ends.count("resumed") == 4 and ends.count("refused") == 6
 
 
 def test_a_claimed_folder_is_refused_while_its_run_holds_it(tmp_path):

@@ -1,6 +1,7 @@
 """The parallel path: N worker processes give the one-worker rows bit for bit, in input order, and a worker that
 dies stops the run with one clear error and no output."""
 
+import contextlib
 import gc
 import os
 import re
@@ -21,7 +22,7 @@ from conftest import generated_sentences, open_rows_files
 import paraphrastic
 from paraphrastic import embed_sentences, models, score_sentence_pairs, static
 from paraphrastic.fileio import Error
-from paraphrastic.workers import WorkerError, Workers, given
+from paraphrastic.workers import WorkerError, Workers, given, process_state
 
 # empty lines, invalid UTF-8, CRLF, a tab, and a last line without a newline
 AWKWARD = b"first line\n\n\xff\xfe broken bytes\nwindows line\r\n  \nsome\ttab\n\xc3\xa9t\xc3\xa9 caf\xc3\xa9\nno newline at end"
@@ -311,6 +312,31 @@ def test_a_stopped_worker_is_named_in_one_error(tiny_model, tmp_path):
             os.kill(stopped, signal.SIGCONT)
 
 
+def test_a_stopped_worker_ends_the_run_within_seconds_and_is_not_waited_for(tiny_model, tmp_path):
+    """The stop is named, then the pool closes without the worker continued: it once waited on the stopped worker
+    until a SIGCONT (983 s), printing nothing."""
+    marker = str(tmp_path / "a")
+    pool = Workers(tiny_model, 2)
+    results = pool.map(say_and_sleep, ["", marker])
+    assert next(results) == ""  # the jobs are sent
+    while not Path(marker).exists() or not Path(marker).read_text():
+        time.sleep(0.01)
+    stopped = int(Path(marker).read_text())
+    os.kill(stopped, signal.SIGSTOP)
+    began = time.monotonic()
+    try:
+        with pytest.raises(WorkerError, match=f"worker process {stopped} is stopped"):
+            list(results)
+        closing = threading.Thread(target=pool.close, daemon=True)
+        closing.start()
+        closing.join(timeout=60)
+        assert not closing.is_alive() and process_state(stopped) is None
+        assert time.monotonic() - began < 60
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped, signal.SIGCONT)
+
+
 def spin_for(model, seconds: float) -> float:
     end = time.process_time() + seconds
     while time.process_time() < end:
@@ -529,3 +555,15 @@ def test_threads_share_a_kept_pool(tiny_model):
         for thread in threads:
             thread.join(60)
     assert got == {k: [k * 1000 + i for i in range(300)] for k in range(4)}
+
+
+def test_more_workers_than_the_memory_holds_are_refused_before_any_fork(tiny_model, monkeypatch):
+    """--threads 1000 forked until the out-of-memory killer took processes (this run's, and others')."""
+    from paraphrastic import workers
+
+    monkeypatch.setattr(workers, "available_memory", lambda: 3 * workers.WORKER_BYTES)
+    forks = []
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or pytest.fail("forked"))
+    with pytest.raises(WorkerError, match="4 worker processes need at least 0.2 GiB.*fewer --threads"):
+        Workers(tiny_model, 4).start()
+    assert not forks
