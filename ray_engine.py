@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -61,6 +62,7 @@ IN_FLIGHT = 2  # work items queued at each actor: one running, one ready
 STALL_S, STALL_TIMES = 20.0, 10  # an actor silent for max(STALL_S, STALL_TIMES x an item's median time) is lost
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CONNECT_TIMEOUT_S = 10.0  # how long --address may take to answer
+PROBE_TIMEOUT_S = 5.0  # how long it may take to answer as Ray does
 _joined = True  # whether the Ray in use is one this process joined (or was given), not one it started
 _watcher: tuple[int, int] | None = None  # (process id, pipe) of the watcher of the local Ray this process started
 
@@ -113,10 +115,20 @@ def start(address: str | None = None, cpus: int | None = None) -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
+MIN_ADDRESS_SPACE = 16 << 30  # Ray's processes each map several GB of address space (an actor: 8.4 GB here)
+
+
 def start_local(ray, cpus: int, options: dict) -> None:
     """Start a local Ray, watched by a forked process that ends its processes if this one dies without stopping
-    it: a SIGKILL skips every handler, and Ray's agents outlive their raylet (found parented to init)."""
+    it: a SIGKILL skips every handler, and Ray's agents outlive their raylet (found parented to init). Under an
+    address-space limit too small for Ray's processes (`ulimit -v`, `prlimit --as`), refused at once: its actors
+    died and the driver waited inside ray.init."""
     global _watcher
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit != resource.RLIM_INFINITY and limit < MIN_ADDRESS_SPACE:
+        raise InputError(f"--engine ray: this process may map {limit / 2**30:.1f} GiB (ulimit -v); Ray's processes "
+                         f"need at least {MIN_ADDRESS_SPACE >> 30} GiB each: lift the limit, or leave --engine ray "
+                         "out")  # fmt: skip
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -162,7 +174,8 @@ def check_reachable(address: str) -> None:
         return
     host, _, port = address.rpartition(":")
     try:
-        socket.create_connection((host or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S) as probe:
+            grpc = speaks_grpc(probe)
     except ValueError:
         raise InputError(f"--address {address}: expected HOST:PORT (the head node's, e.g. 10.0.0.1:6379)") from None
     except OSError as e:
@@ -170,6 +183,23 @@ def check_reachable(address: str) -> None:
             f"--address {address}: no Ray cluster answers there ({e.strerror or 'timed out'}); start one with "
             "`ray start --head`, or leave --address out for a local Ray"
         ) from None
+    if not grpc:
+        raise InputError(f"--address {address}: something answers there, but not Ray (its head node speaks gRPC); "
+                         "give the head node's address (`ray start --head` prints it)")  # fmt: skip
+
+
+def speaks_grpc(probe: socket.socket) -> bool:
+    """Whether the server at the other end answers an HTTP/2 greeting with its settings, as Ray's head node (a gRPC
+    server) does within milliseconds; another server answers otherwise, or not at all (Ray would wait minutes)."""
+    probe.settimeout(PROBE_TIMEOUT_S)
+    try:
+        probe.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # preface, SETTINGS
+        head = b""
+        while len(head) < 9 and (chunk := probe.recv(9 - len(head))):
+            head += chunk
+    except OSError:
+        return False
+    return len(head) == 9 and head[3] == 4  # a SETTINGS frame
 
 
 def stop() -> None:

@@ -3,6 +3,7 @@ the plan, names in bookkeeping files stay inside the folder, and read_parts veri
 No Ray here: the jobs are made with commit.Job and ray_engine.write_part directly."""
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -156,6 +157,29 @@ def test_a_local_command_never_writes_into_a_parts_folder(tmp_path, capsys, name
     assert embed_sentences.main(args) == 2
     assert "an output folder of --engine ray; write the output elsewhere" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_inputs_a_literal_bracket_name_a_non_utf8_name_and_a_proc_file(tmp_path):
+    """`names/[x].txt` that exists is that file (it was taken as a glob: "no file matches"); a name with byte 0xFF
+    and /proc/cpuinfo (its size is not its length) are one error each before any work."""
+    (tmp_path / "[x].txt").write_text("a man\n")
+    assert ray_engine.input_files([str(tmp_path / "[x].txt")]) == [tmp_path / "[x].txt"]
+    odd = os.fsdecode(bytes(tmp_path) + b"/caf\xff.txt")
+    Path(odd).write_text("a man\n")
+    with pytest.raises(InputError, match="not UTF-8, which Ray cannot pass"):
+        ray_engine.input_files([odd])
+    if Path("/proc/cpuinfo").exists():
+        with pytest.raises(InputError, match="a /proc or /sys file"):
+            ray_engine.input_files(["/proc/cpuinfo"])
+
+
+def test_a_failure_under_ray_is_the_remote_errors_first_line():
+    class RemoteError(Exception):  # as Ray's RayTaskError: its text holds the remote traceback, `cause` the error
+        cause = OSError(28, "No space left on device")
+
+    error = RemoteError("ray::Parts.run_item()\nTraceback (most recent call last):\n  File ...\nOSError: ...")
+    assert ray_engine.one_line(error) == "[Errno 28] No space left on device"
+    assert ray_engine.one_line(ValueError("\n  first\nsecond")) == "first"
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ error or a kill, and the feedback of the local commands. The drivers run as proc
 this module's local Ray (killing one leaves the cluster up), or starting their own where that is the point."""
 
 import ast
+import contextlib
 import gzip
 import os
 import random
@@ -406,6 +407,48 @@ def test_an_address_where_nothing_answers_is_one_error_at_once(tiny_model_file, 
     assert proc.returncode == 2 and len(err) == 1 and "no Ray cluster answers there" in err[0]
     assert time.perf_counter() - began < 20
     assert not (tmp_path / "o").exists()
+
+
+def test_an_address_that_is_not_ray_and_an_address_space_limit_are_one_error_in_seconds(tiny_model_file, inputs,
+                                                                                        tmp_path):  # fmt: skip
+    """A port that answers but is not Ray (once 150 s of silence and Ray's C++ warnings), and a local Ray under
+    `prlimit --as` (its actors died; the driver waited inside ray.init): one line each, within seconds."""
+    import socket
+    import threading
+
+    need("ray")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+
+        def answer():  # an HTTP server's answer to anything
+            with contextlib.suppress(OSError):
+                while True:
+                    conn, _ = server.accept()
+                    conn.recv(1024), conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n"), conn.close()
+
+        threading.Thread(target=answer, daemon=True).start()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        cases = {
+            "not Ray": (
+                embed_cmd(tiny_model_file, tmp_path / "o", "--address", address, "--quiet", "--input", str(inputs[0])),
+                "something answers there, but not Ray",
+            ),  # fmt: skip
+            "limit": (
+                [
+                    "prlimit",
+                    f"--as={8 << 30}",
+                    *embed_cmd(tiny_model_file, tmp_path / "o", "--quiet", "--input", str(inputs[0])),
+                ],
+                "ulimit -v",
+            ),  # fmt: skip
+        }
+        for name, (cmd, said) in cases.items():
+            began = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            err = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2 and len(err) == 1 and said in err[0], (name, proc.stderr[-2000:])
+            assert time.perf_counter() - began < 30 and not (tmp_path / "o").exists(), name
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
