@@ -57,7 +57,7 @@ setup(
         "console_scripts": [
             "paraphrastic-embed = paraphrastic.embed_sentences:main",
             "paraphrastic-score = paraphrastic.score_sentence_pairs:main",
-            "paraphrastic-train = paraphrastic.train_config:main",
+            "paraphrastic-train = paraphrastic.commands:train",
             "paraphrastic-evaluate = paraphrastic.evaluate:main",
             "paraphrastic-export = paraphrastic.interop:main",
             "paraphrastic-mine = paraphrastic.mine_bitext:main",

@@ -408,12 +408,3 @@ def model_spec(text: str) -> str:
 def model_parts(spec: str) -> list[tuple[str, str]]:
     """(pooling, tokens) of each part of a --model spec."""
     return [PART_NAMES[n] for n in spec.split(",")]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """paraphrastic-train: the options are read first (--help answered, a mistaken one refused) without importing
-    torch, which a run then needs (1 s of imports)."""
-    parse_args(argv)
-    from paraphrastic import train
-
-    return train.main(argv)

@@ -137,7 +137,9 @@ def test_an_sts_file_given_to_score_is_named_as_one_and_no_bar_precedes_an_error
 
 def test_the_demo_corpus_bar_reaches_the_end(tiny_model):
     seen = []
-    demo.embed_corpus(tiny_model, "c", [f"line {i}" for i in range(100)], lambda done, desc="": seen.append(done))
+    demo.embed_corpus(
+        tiny_model, "c", {i + 1: f"line {i}" for i in range(100)}, lambda done, desc="": seen.append(done)
+    )
     assert seen[-1] == 1.0
 
 
