@@ -12,8 +12,10 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -388,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     if importlib.util.find_spec("gradio") is None:  # before any work: the page needs it
         raise InputError(f"the demo needs its extra: {install_hint('demo')}")
     use_threads(args.threads)
+    uploads = None
+    if "GRADIO_TEMP_DIR" not in os.environ:  # uploads in a folder of this run, not kept in /tmp/gradio for ever
+        uploads = os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="paraphrastic-demo-")
     ALLOWED.add(args.model)
     get_model(args.model)  # a bad model file fails here, not in the page
     open_input(args.corpus)
@@ -401,7 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     options |= {"run_history": False, "quiet": True}  # Gradio 6 would keep each request in the browser
     options = {key: value for key, value in options.items() if key in known}  # what this Gradio version takes
     print(f"serving the demo on http://{args.host}:{args.port}/ (Ctrl-C stops it)", file=sys.stderr, flush=True)
-    app.launch(server_name=args.host, server_port=args.port, share=False, **options)
+    try:
+        app.launch(server_name=args.host, server_port=args.port, share=False, **options)
+    finally:
+        if uploads:  # the page's uploads (corpora of up to 200 MB each) go with it
+            shutil.rmtree(uploads, ignore_errors=True)
     return 0
 
 

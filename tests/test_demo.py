@@ -458,3 +458,24 @@ def test_search_reads_only_the_named_corpus_or_an_upload(tmp_path):
     for path in ("/etc/passwd", str(Path(gradio_utils.get_upload_folder()) / ".." / "secret.txt")):
         with pytest.raises(InputError, match="not a file uploaded to this page"):
             demo.corpus_file(path, corpus)
+
+
+def test_the_pages_uploads_are_removed_when_it_stops(tiny_model_file, tmp_path, monkeypatch):
+    """Uploads went to /tmp/gradio and stayed there after the demo exited (369 MB after one session)."""
+    need("gradio")
+    monkeypatch.setenv("GRADIO_TEMP_DIR", "")  # restored as it was when the test ends, whatever main sets
+    monkeypatch.delenv("GRADIO_TEMP_DIR")
+    seen = []
+
+    class Page:
+        def launch(self, **options):  # an upload arrives, then Ctrl-C
+            folder = Path(os.environ["GRADIO_TEMP_DIR"])
+            (folder / "abc").mkdir()
+            (folder / "abc" / "corpus.txt").write_text("a man plays\n")
+            seen.append(folder)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "build_app", lambda *args: (Page(), {}))
+    monkeypatch.setattr(demo, "check_port", lambda host, port: None)
+    assert demo.main(["--model", str(tiny_model_file), "--corpus", str(demo.EXAMPLE_CORPUS)]) == 130
+    assert seen and not seen[0].exists()
