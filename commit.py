@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -40,6 +39,7 @@ from paraphrastic.fileio import (
     InputError,
     OutputError,
     atomic_output,
+    file_digest,
     left_by_dead,
 )
 
@@ -150,13 +150,17 @@ class Job:
                 for name, size, digest in zip(
                     record["parts"], record["part_bytes"], record["part_sha256"], strict=True
                 ):
-                    part = self.staging / (name + STAGED)
-                    check_part(part if part.exists() else self.out / name, size, digest)
+                    check_part(self.part_path(name), size, digest)
             except InputError:
                 path.unlink(missing_ok=True)  # the item runs again and writes its parts anew
                 continue
             records[item] = record
         return records
+
+    def part_path(self, name: str) -> Path:
+        """Where a committed part is: staged, or already published by a publish that stopped."""
+        staged = self.staging / (name + STAGED)
+        return staged if staged.exists() else self.out / name
 
     def commit(self, record: dict) -> None:
         """Record one finished work item (its parts already renamed into staging): a resumed run skips it."""
@@ -168,8 +172,7 @@ class Job:
         every part here would cost the driver a read of the whole output."""
         for record in records.values():
             for name, size in zip(record["parts"], record["part_bytes"], strict=True):
-                path = self.staging / (name + STAGED)
-                path = path if path.exists() else self.out / name
+                path = self.part_path(name)
                 if not path.is_file() or path.stat().st_size != size:
                     (self.staging / "items" / f"{record['item']:06d}.json").unlink(missing_ok=True)
                     raise Damaged(f"{path}: changed under the run (it is not the part that was written)")
@@ -411,9 +414,8 @@ def checked_record(record: dict, items: int) -> int:
 def check_part(path: Path, size: int, digest: str) -> None:
     """Refuse a part whose size or sha256 is not the one recorded when it was written."""
     try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size != size or hashlib.file_digest(f, "sha256").hexdigest() != digest:
-                raise InputError(f"{path}: not the part that was written (damaged or replaced)")
+        if path.stat().st_size != size or file_digest(path) != digest:
+            raise InputError(f"{path}: not the part that was written (damaged or replaced)")
     except OSError as e:
         raise InputError(f"{path}: cannot be read ({e.strerror or e})") from None
 
