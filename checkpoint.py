@@ -334,7 +334,11 @@ def static_from_checkpoint(state: dict, path: Path) -> SPEncoder | None:
     if "tokenizer" not in fields:
         return None
     table = scaled[0] if scaled else float_table(fields)  # the thread's failure on sound fields is raised here
-    table = checked_finite(np.ascontiguousarray(table, np.float32), path)
+    table = np.ascontiguousarray(table, np.float32)
+    if fields["format_version"] == INT8_VERSION:  # int8 x a scale is finite where the scale x 128 is: check the scales
+        checked_finite(128 * (fields["embedding_scale"].astype(np.uint32) << 16).view(np.float32), path)
+    else:
+        checked_finite(table, path)
     return SPEncoder(fields["tokenizer"], table, fields["config"], fields["piece_rows"], fields["unk_row"])
 
 

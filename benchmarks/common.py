@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import sys
@@ -71,7 +72,21 @@ def machine_header() -> str:
     return (
         f"machine: {cpu_name()}, {os.cpu_count()} cores; python {platform.python_version()}, "
         f"torch {versions['torch']}, sentencepiece {versions['sentencepiece']}, numpy {versions['numpy']}"
+        + ("" if bytecode_cached() else NOT_COMPILED)
     )
+
+
+NOT_COMPILED = (
+    "; WARNING: the installed packages hold no compiled bytecode (installed under PYTHONDONTWRITEBYTECODE?): every "
+    "process compiles what it imports, start-up figures are inflated; run python -m compileall on site-packages"
+)
+
+
+def bytecode_cached() -> bool:
+    """Whether numpy's package holds its compiled bytecode, as a pip install leaves it: without it every Python process
+    compiles its imports again (here: Ray's own processes at 45% of local throughput against 55% compiled)."""
+    spec = importlib.util.find_spec("numpy")
+    return spec is not None and Path(importlib.util.cache_from_source(spec.origin)).is_file()
 
 
 def children(pid: int) -> list[int]:

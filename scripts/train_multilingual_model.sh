@@ -17,7 +17,7 @@
 #   4. SPANS (30,000) spans of 3-10 words of the Arabic monolingual text, each with USE's and multilingual-e5-small's
 #      vectors side by side (scripts/multilingual_relate.py): a second teacher's view of short Arabic text;
 #   5. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
-#      mega-batches of 4 x 128 pairs) plus distillation (1 - cos toward the target, 512 sentences an update) plus
+#      mega-batches of MEGABATCH (4) x 128 pairs) plus distillation (1 - cos toward the target, 512 sentences an update) plus
 #      80 x the relational loss (the batch's cosine matrix toward the teacher's) plus RELATE x the relational loss
 #      on 512 of the spans of step 4 toward the two teachers' mean cosines; lr 0.001, STEPS updates; SEEDS
 #      times, with seeds 1, 2, ... (the data order);
@@ -31,7 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
-vocab=${VOCAB:-120000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5} repeat=${REPEAT:-ar=2}
+vocab=${VOCAB:-120000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5} repeat=${REPEAT:-ar=2} megabatch=${MEGABATCH:-4}
 wmt=${WMT:-0} spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5} precision=${PRECISION:-int8}
 model=${MODEL_OUT:-data/models/multilingual.pt}
 mkdir -p "$out"
@@ -65,7 +65,7 @@ for seed in $(seq 1 "$seeds"); do  # the same run with different seeds (data ord
   [ -f "$run/done" ] || step "train (seed $seed of $seeds)" bash -c "
     resume=; [ -f '$run/resume.pt' ] && resume=--resume
     paraphrastic-train --init-from '$out/init.pt' --output-dir '$run' \$resume --seed $seed \
-      --train-file '$out/pairs.tsv' --mode bitext --margin-weight 1 --megabatch-size 4 \
+      --train-file '$out/pairs.tsv' --mode bitext --margin-weight 1 --megabatch-size $megabatch \
       --distill '$out/targets.txt' '$out/targets.npy' --distill-batch-size 512 --distill-relational 80 \
       --relate '$out/relate.txt' '$out/relate.npy' --relate-weight $relate \
       --lr 0.001 --max-steps $steps --save-every 1000 && touch '$run/done'"

@@ -81,6 +81,17 @@ def test_loading_an_int8_model_builds_one_float_table():
     assert peak < 1.5 * rows * dim * 4  # scaled in place: a second table-sized array would be 80 MB more at start-up
 
 
+@pytest.mark.parametrize("scale", [np.inf, np.nan, 3e38])  # 3e38 x 127 overflows float32
+def test_an_int8_model_whose_scales_make_its_table_non_finite_is_refused(scale):
+    path = paraphrastic.static.model_path(None)  # int8: the table is checked through its scales, not row by row
+    state = checkpoint.read_checkpoint(path)
+    bits = (np.array([scale], np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    state["embedding_scale"] = state["embedding_scale"].copy()
+    state["embedding_scale"][123] = bits[0]
+    with pytest.raises(ModelError, match="NaN or infinite"):
+        checkpoint.static_from_checkpoint(state, path)
+
+
 def test_mean_rows_kernels_agree_bit_for_bit(monkeypatch):
     rng = np.random.default_rng(0)
     table = rng.standard_normal((5000, 300)).astype(np.float32)
