@@ -423,7 +423,7 @@ def write_part(path: Path, table) -> tuple[int, str]:
     is whole, once); returns its size and sha256, taken as it is written, which its commit record and the manifest
     keep, so that --resume and read_parts find a part damaged or replaced. Vectors are stored plain: float rows
     gain nothing from dictionaries or compression, and trying costs more than the embedding. Written straight to
-    the file: through an in-memory buffer first (copied, grown, then hashed), writing took 3 times as long."""
+    the file: through an in-memory buffer first (copied, grown, then hashed), writing took several times as long."""
     import pyarrow.parquet as pq
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
