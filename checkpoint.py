@@ -336,7 +336,8 @@ def static_from_checkpoint(state: dict, path: Path) -> SPEncoder | None:
     table = scaled[0] if scaled else float_table(fields)  # the thread's failure on sound fields is raised here
     table = np.ascontiguousarray(table, np.float32)
     if fields["format_version"] == INT8_VERSION:  # int8 x a scale is finite where the scale x 128 is: check the scales
-        checked_finite(128 * (fields["embedding_scale"].astype(np.uint32) << 16).view(np.float32), path)
+        with np.errstate(over="ignore"):
+            checked_finite(128 * (fields["embedding_scale"].astype(np.uint32) << 16).view(np.float32), path)
     else:
         checked_finite(table, path)
     return SPEncoder(fields["tokenizer"], table, fields["config"], fields["piece_rows"], fields["unk_row"])
@@ -358,7 +359,8 @@ def float_table(fields: dict) -> np.ndarray:
     if fields["format_version"] != INT8_VERSION:
         return table
     table = table.astype(np.float32)
-    table *= (fields["embedding_scale"].astype(np.uint32) << 16).view(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # a non-finite scale is refused after, in one line, unwarned
+        table *= (fields["embedding_scale"].astype(np.uint32) << 16).view(np.float32)
     return table
 
 
