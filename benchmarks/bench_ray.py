@@ -8,6 +8,12 @@ Parquet parts written) and `paraphrastic-embed --threads CORES` on their concate
 a whole command, start-up included, --repeats times in turn; the median ratio of their throughputs (this machine is
 noisy: one pair alone can be off by a third); and the Ray driver's peak RSS (VmHWM of the
 command's own process: the vectors never pass through it).
+
+    python benchmarks/bench_ray.py --item
+
+Where one actor's work item goes, in this process, without Ray: an item of the repeated sample read, embedded,
+and written as Parquet parts (ray_engine.Parts.work), each phase timed, beside the same rows saved as a .npy (what
+the local command's output costs instead), median of --repeats.
 """
 
 from __future__ import annotations
@@ -59,12 +65,54 @@ def write_files(folder: Path, lines: int, files: int) -> Path:
     return folder / "all.txt"
 
 
+def time_item(repeats: int) -> None:
+    """Print the median seconds of each step of one work item of LINES_PER_ITEM lines as an actor runs it
+    (ray_engine.Parts.work: read, embed, write each Parquet part), and of np.save of the same rows."""
+    import numpy as np
+
+    from paraphrastic import ray_engine
+
+    sample = english_sentences()
+    spent: dict[str, list[float]] = {"read": [], "embed": [], "write Parquet": [], ".npy of the same rows": []}
+    with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
+        path = Path(tmp) / "item.txt"
+        path.write_text("".join(sample[i % len(sample)] + "\n" for i in range(ray_engine.LINES_PER_ITEM)))
+        item = ray_engine.plan([path])[0]
+        parts = ray_engine.Parts(None, tmp, share=ray_engine.LINES_PER_ITEM)
+        for k in range(repeats + 1):  # the first warms the model and the page cache
+            took = dict.fromkeys(spent, 0.0)
+            clock = time.perf_counter()
+            for n, (first, lines, _) in enumerate(ray_engine.read_items(item, "text", strict=False)):
+                took["read"] += time.perf_counter() - clock
+                clock = time.perf_counter()
+                table = parts.vectors(item["file"], first, lines)
+                took["embed"] += time.perf_counter() - clock
+                clock = time.perf_counter()
+                ray_engine.write_part(Path(tmp) / f"part-{n}.parquet", table)
+                took["write Parquet"] += time.perf_counter() - clock
+                rows = table.column("vector").combine_chunks().values.to_numpy().reshape(len(lines), -1)
+                clock = time.perf_counter()
+                np.save(Path(tmp) / f"part-{n}.npy", rows)
+                took[".npy of the same rows"] += time.perf_counter() - clock
+                clock = time.perf_counter()
+            for name in spent if k else ():
+                spent[name].append(took[name])
+    print(f"{machine_header()}\none work item of {ray_engine.LINES_PER_ITEM:,} lines as an actor runs it, in this "
+          f"process, median of {repeats}:")  # fmt: skip
+    for name, times in spent.items():
+        print(f"  {name:22s} {statistics.median(times):6.3f} s")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="200000,2000000", help="lines, comma-separated")
     p.add_argument("--files", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3, help="ray/local pairs timed in turn; the medians are printed")
+    p.add_argument("--item", action="store_true", help="time the steps of one actor's work item instead")
     args = p.parse_args()
+    if args.item:
+        time_item(args.repeats)
+        return
     cores = len(os.sched_getaffinity(0))
     print(f"{machine_header()}; a local Ray with {cores} CPUs against --threads {cores}; median of {args.repeats} "
           "pairs run in turn (ray / local: the median of the pairs' ratios, then their range)")  # fmt: skip
