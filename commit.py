@@ -78,6 +78,7 @@ class Job:
     def __init__(self, out: Path, held: tuple, made: bool, spec: dict):
         self.out, (self.handle, self.record, _), self.made, self.spec = out, held, made, spec
         self.staging, self.staged = out / STAGING, False  # staged: the staging area is this run's to remove
+        self.stamps: dict[str, list[int]] = {}  # each committed part's stamp (inode and times) when it was checked
 
     @classmethod
     def open(cls, out: str | os.PathLike, spec: dict, resume: bool = False) -> Job:
@@ -154,6 +155,7 @@ class Job:
             except InputError:
                 path.unlink(missing_ok=True)  # the item runs again and writes its parts anew
                 continue
+            self.stamps |= {name: stamp(self.part_path(name)) for name in record["parts"]}
             records[item] = record
         return records
 
@@ -163,17 +165,21 @@ class Job:
         return staged if staged.exists() else self.out / name
 
     def commit(self, record: dict) -> None:
-        """Record one finished work item (its parts already renamed into staging): a resumed run skips it."""
+        """Record one finished work item (its parts already renamed into staging): a resumed run skips it. Each
+        part's stamp is the writer's, taken as the part was renamed into place (`stamp`), else taken now."""
+        written = record.get("part_stamp") or [stamp(self.staging / (name + STAGED)) for name in record["parts"]]
+        self.stamps |= dict(zip(record["parts"], written, strict=True))
         write_json(self.staging / "items" / f"{int(record['item']):06d}.json", record)
 
     def check_staged(self, records: dict[int, dict]) -> None:
-        """Before publishing: every committed part is there with the size it was written with; one that is not loses
-        its item's record (--resume runs it again). Its content is checked by --resume and by read_parts: hashing
-        every part here would cost the driver a read of the whole output."""
+        """Before publishing: every committed part is there, the same file, unchanged since it was written or
+        checked (its size, inode, modification and change times: any write moves the change time, which no one
+        can set back); one that is not loses its item's record (--resume runs it again). This costs a stat a part
+        where hashing would cost the driver a read of the whole output; --resume and read_parts hash."""
         for record in records.values():
             for name, size in zip(record["parts"], record["part_bytes"], strict=True):
                 path = self.part_path(name)
-                if not path.is_file() or path.stat().st_size != size:
+                if not path.is_file() or path.stat().st_size != size or stamp(path) != self.stamps.get(name):
                     (self.staging / "items" / f"{record['item']:06d}.json").unlink(missing_ok=True)
                     raise Damaged(f"{path}: changed under the run (it is not the part that was written)")
 
@@ -409,6 +415,15 @@ def checked_record(record: dict, items: int) -> int:
     if parts != names or not counts or not all(SHA256.fullmatch(str(x)) for x in lists[2]):
         raise InputError(f"item {item}: its record names parts that are not its own")
     return item
+
+
+def stamp(path: Path) -> list[int]:
+    """A file's inode, modification and change times (ns): a write moves the change time, a rename too. Taking it
+    also marks the change time as seen, so that on Linux 6.13 or later the next write moves it by at least a
+    nanosecond (multigrain timestamps); an older kernel moves it by a clock tick (a few ms), and a write within
+    the same tick as the stamp goes unseen here (--resume and read_parts still hash the part)."""
+    st = path.stat()
+    return [st.st_ino, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def check_part(path: Path, size: int, digest: str) -> None:

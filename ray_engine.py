@@ -358,7 +358,7 @@ class Parts:
 
     def work(self, item: dict) -> dict:
         record = {"item": int(item["item"]), "file": item["file"], "parts": [], "part_rows": [], "part_bytes": [],
-                  "part_sha256": [], "bad_lines": 0, "shown_bad": [], "invalid_utf8_lines": 0}  # fmt: skip
+                  "part_sha256": [], "part_stamp": [], "bad_lines": 0, "shown_bad": [], "invalid_utf8_lines": 0}  # fmt: skip
         check_unchanged(item)
         for first, lines, invalid in read_items(item, self.text_column, self.strict):
             if self.score:
@@ -370,6 +370,7 @@ class Parts:
                 table = self.vectors(item["file"], first, lines)
             name = f"part-{int(item['item']):06d}-{len(record['parts']):05d}.parquet"
             size, digest = write_part(self.out / (name + commit.STAGED), table)
+            record["part_stamp"].append(commit.stamp(self.out / (name + commit.STAGED)))  # as written, renamed
             record["parts"].append(name)
             record["part_rows"].append(len(lines))
             record["part_bytes"].append(size)

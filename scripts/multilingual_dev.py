@@ -8,7 +8,9 @@ foreign sentences (and of a foreign sentence and another pair's English side) an
 English sides, over all pairs of the 300 (a finer signal than 300 retrievals); and the same agreement on short
 text, 300 spans of 3-10 words cut from those foreign sentences, against the teacher's cosines of the spans
 themselves; and "outside": the agreement of the foreign-foreign cosines with all-MiniLM-L6-v2's cosines of the
-English sides, a stronger English model that no multilingual training uses. No test set is read.
+English sides, a stronger English model that no multilingual training uses; and where the folder holds
+heldout-challenge.<lang>.tsv (CHALLENGE=1), "challenge": the retrieval error on those held-apart Tatoeba-Challenge
+pairs, short everyday sentences as in Tatoeba, among the same 20,000 distractors. No test set is read.
 
     python scripts/multilingual_dev.py MODEL [MODEL ...] --heldout runs/multilingual [--data-dir ../shared/data]
 """
@@ -83,7 +85,13 @@ def dev_figures(model, heldout: Path, data: Path, teacher, outsider) -> dict[str
         cut = spans(xx, len(xx), lang)
         taught = encode_cached(teacher, USE_TEACHER, cut).astype(np.float32)
         short[f"short-{lang}"] = agreement(model.similarity(cut, cut), model.similarity(taught, taught))
-    named = ((errors, "error-mean"), (agreements, "agree-mean"), (short, "short-mean"), (outside, "outside-mean"))
+    challenge = {}  # with CHALLENGE=1: the same retrieval on held-apart Tatoeba-Challenge pairs (Tatoeba's register)
+    for path in sorted(heldout.glob("heldout-challenge.*.tsv")):
+        en, xx = (list(side) for side in zip(*(line.split("\t") for line in read_lines(path)), strict=True))
+        found, _ = knn.nearest_both_ways(model.encode(xx), np.concatenate([model.encode(en), extra]))
+        challenge[f"challenge-{path.stem.split('.')[1]}"] = 100 * float(np.mean(found != np.arange(len(xx))))
+    named = ((errors, "error-mean"), (agreements, "agree-mean"), (short, "short-mean"), (outside, "outside-mean"),
+             (challenge, "challenge-mean"))  # fmt: skip
     for figures, mean in named:
         if figures:
             out |= figures | {mean: float(np.mean(list(figures.values())))}

@@ -4,13 +4,18 @@ mono.<lang>.txt     distinct monolingual sentences of train/foreign_text (at mos
 bitext.tsv          english<TAB>foreign<TAB>lang: clean bitext (no Tatoeba-Challenge, no paragraph files)
                     (--wmt: and the WMT systems' bitext; exact duplicates, such as a WMT source and reference
                     found in both train/bitext/wmt and wmt_systems, kept once; the held-apart WMT sets never)
+                    (--challenge: and the Tatoeba-Challenge bitext, less every pair with a side near a sentence of
+                    the LASER Tatoeba test set: its models report PUD and FLORES beside Tatoeba)
 heldout.<lang>.tsv  --heldout pairs per language cut from that bitext: a dev set, never trained on
+heldout-challenge.<lang>.tsv  with --challenge, --heldout Tatoeba-Challenge pairs cut the same way: a dev set of
+                    Tatoeba's register (short everyday sentences), never trained on
 en.txt              the first --max-en English sentences of ENGLISH_TEXT (the English default's text)
 
 python scripts/multilingual_text.py DATA_DIR ENGLISH_TEXT OUT_DIR
 """
 
 import argparse
+import collections
 import gzip
 import itertools
 import random
@@ -51,6 +56,51 @@ def language_files(data: Path, lang: str) -> list[Path]:
         for p in sorted((data / "train" / "bitext").glob("*/*.tsv.gz"))
         if name.match(p.name) and "tatoeba" not in p.parent.name and not re.search("paragraphs|contexts", p.name)
     ]
+
+
+# Tatoeba-Challenge's and the LASER Tatoeba test set's codes of each language (Mandarin: `zho` and `cmn`)
+TATOEBA = {"ar": ("ara", "ara"), "de": ("deu", "deu"), "es": ("spa", "spa"), "fr": ("fra", "fra"),
+           "ru": ("rus", "rus"), "tr": ("tur", "tur"), "zh": ("zho", "cmn")}  # fmt: skip
+NEAR = 0.5  # a Tatoeba-Challenge sentence whose character trigrams overlap a test sentence's this much is dropped
+
+
+def trigrams(sentence: str) -> set[str]:
+    """The character trigrams of a sentence lowercased, punctuation dropped, words joined by one space."""
+    text = " " + " ".join(re.sub(r"[\W_]+", " ", sentence.lower()).split()) + " "
+    return {text[i : i + 3] for i in range(len(text) - 2)}
+
+
+class NearTest:
+    """Whether a sentence is near one of a set of test sentences: Jaccard overlap of their character trigrams at
+    least NEAR, looked up through the test sentences' rarer trigrams (a near copy shares some of them)."""
+
+    def __init__(self, test: list[str]):
+        self.test, self.index = [trigrams(s) for s in test], collections.defaultdict(list)
+        for i, grams in enumerate(self.test):
+            for gram in grams:
+                self.index[gram].append(i)
+
+    def __call__(self, sentence: str) -> bool:
+        grams, shared = trigrams(sentence), collections.Counter()
+        for gram in grams:
+            if len(self.index.get(gram, ())) < 200:
+                shared.update(self.index.get(gram, ()))
+        return any(len(grams & self.test[i]) >= NEAR * len(grams | self.test[i]) for i, _ in shared.most_common(10))
+
+
+def challenge_pairs(data: Path, lang: str, near_english: NearTest) -> tuple[list[tuple[str, str]], int]:
+    """The Tatoeba-Challenge (english, foreign) pairs of `lang`, less those with a side near the LASER Tatoeba
+    test set (its foreign side against the language's test sentences, its English side against the English test
+    sentences of all seven languages), and how many were dropped."""
+    code, test = TATOEBA[lang]
+    near_foreign = NearTest(read_test(data, test, test))
+    pairs = bitext_pairs(data / "train" / "bitext" / "tatoeba_challenge_v2021-08-07" / f"en-{code}.tsv.gz")
+    kept = [(en, xx) for en, xx in pairs if not near_english(en) and not near_foreign(xx)]
+    return kept, len(pairs) - len(kept)
+
+
+def read_test(data: Path, lang: str, side: str) -> list[str]:
+    return (data / "tatoeba" / f"{lang}-eng.{side}").read_text(encoding="utf-8").splitlines()
 
 
 def bitext_pairs(path: Path) -> list[tuple[str, str]]:
@@ -95,10 +145,13 @@ def main() -> None:
     p.add_argument("--max-en", type=int, default=100_000, help="English sentences (100,000)")
     p.add_argument("--heldout", type=int, default=300, help="held-apart bitext pairs per language (300)")
     p.add_argument("--wmt", action="store_true", help="add the WMT systems' bitext (the held-apart sets left out)")
+    p.add_argument("--challenge", action="store_true", help="add the Tatoeba-Challenge bitext (near-test pairs out)")
     args = p.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     never = wmt.held_apart_sentences(args.data_dir) if (args.data_dir / wmt.GROUPS).exists() else set()
-    train = []
+    if args.challenge:
+        near_english = NearTest([s for lang in LANGS for s in read_test(args.data_dir, TATOEBA[lang][1], "eng")])
+    train, challenge_held = [], set()  # the sides of held-apart Challenge pairs: trained in no language
     for lang in LANGS:
         with gzip.open(args.data_dir / "train" / "foreign_text" / f"{lang}.txt.gz", "rt", encoding="utf-8") as f:
             mono = distinct(line.strip() for line in f)
@@ -114,11 +167,23 @@ def main() -> None:
             random.Random(lang).shuffle(added)
             rest += added
         held_sides = {s for pair in held for s in pair}
+        if args.challenge:  # after the other held-apart pairs, so that those are the same with or without
+            known = set(rest) | set(held)
+            added, dropped = challenge_pairs(args.data_dir, lang, near_english)
+            added = [pair for pair in dict.fromkeys(added) if pair not in known]
+            random.Random(f"{lang}-challenge").shuffle(added)
+            write_lines(
+                args.out_dir / f"heldout-challenge.{lang}.tsv", [f"{en}\t{xx}" for en, xx in added[: args.heldout]]
+            )
+            challenge_held |= {s for pair in added[: args.heldout] for s in pair}
+            rest += added[args.heldout :]
+            print(f"{lang}: Tatoeba-Challenge {len(added)} pairs ({dropped} near the Tatoeba test dropped)")
         rest = [pair for pair in rest if pair[0] not in held_sides and pair[1] not in held_sides]
         write_lines(args.out_dir / f"heldout.{lang}.tsv", [f"{en}\t{xx}" for en, xx in held])
-        train += [f"{en}\t{xx}\t{lang}" for en, xx in rest]
+        train += [(en, xx, lang) for en, xx in rest]
         print(f"{lang}: {min(len(mono), args.max_mono)} monolingual, {len(rest)} bitext pairs, {len(held)} held out")
-    write_lines(args.out_dir / "bitext.tsv", train)
+    train = [pair for pair in train if pair[0] not in challenge_held and pair[1] not in challenge_held]
+    write_lines(args.out_dir / "bitext.tsv", ["\t".join(pair) for pair in train])
     with gzip.open(args.data_dir / "train" / "en_text" / "enwiki_2018_articles.txt.gz", "rt", encoding="utf-8") as f:
         english = [line.strip() for line in itertools.islice(f, args.max_en)]
     write_lines(args.out_dir / "en.txt", english)

@@ -4,7 +4,9 @@
 # Resumable: a rerun skips the steps whose output exists (teacher vectors are cached by content under
 # $PARAPHRASTIC_CACHE, default ~/.cache/paraphrastic). Each step prints its time.
 #   1. text: monolingual sentences per language, clean bitext with English (no Tatoeba-Challenge; WMT=1 adds the WMT
-#      systems' bitext), 300 held-apart pairs per language (dev), 100,000 English Wikipedia sentences
+#      systems' bitext; CHALLENGE=1 the Tatoeba-Challenge bitext less the pairs near the Tatoeba test set, and 300
+#      more held-apart pairs per language from it), 300 held-apart pairs per language (dev), 100,000 English
+#      Wikipedia sentences
 #      (scripts/multilingual_text.py);
 #   2. a 120,000-piece (VOCAB) unigram sentencepiece model on all of it, lowercased, raw Chinese, character coverage
 #      0.9999 (at 0.9995, 39% of the Chinese sentences held a character it read as unknown; at 0.9999, 11%);
@@ -32,7 +34,7 @@ cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
 vocab=${VOCAB:-120000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5} repeat=${REPEAT:-ar=2} megabatch=${MEGABATCH:-4}
-wmt=${WMT:-0} spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5} precision=${PRECISION:-int8}
+wmt=${WMT:-0} challenge=${CHALLENGE:-0} spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5} precision=${PRECISION:-int8}
 model=${MODEL_OUT:-data/models/multilingual.pt}
 mkdir -p "$out"
 step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its first steps on a sample)
@@ -40,7 +42,8 @@ step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its f
   [ "${STOP_AFTER:-}" != "$name" ] || exit 0
 }
 
-[ -f "$out/en.txt" ] || step text python scripts/multilingual_text.py "$data" "$out" $([ "$wmt" = 0 ] || echo --wmt)
+[ -f "$out/en.txt" ] || step text python scripts/multilingual_text.py "$data" "$out" $([ "$wmt" = 0 ] || echo --wmt) \
+  $([ "$challenge" = 0 ] || echo --challenge)
 if [ ! -f "$out/distill.txt" ]; then  # monolingual, then both sides of each bitext pair, then English
   step distill-text bash -c "{ cat '$out'/mono.*.txt; cut -f2 '$out/bitext.tsv'; cut -f1 '$out/bitext.tsv'; cat '$out/en.txt'; } > '$out/distill.tmp' && mv '$out/distill.tmp' '$out/distill.txt'"
 fi

@@ -90,14 +90,38 @@ def test_resume_refuses_a_run_planned_into_other_work_items(tmp_path):
         commit.Job.open(tmp_path / "o", spec_of(items=2, rows=6), resume=True)
 
 
-def test_a_part_changed_under_the_run_is_caught_before_publishing(tmp_path):
+@pytest.mark.parametrize("how", ["grown", "bytes flipped, size and time kept", "replaced by a copy of itself"])
+def test_a_part_changed_under_the_run_is_caught_before_publishing(tmp_path, how):
+    """Before publishing, a committed part changed in any way is caught without hashing it (its stamp: inode,
+    modification and change times): grown, flipped in place with its modification time set back, or replaced by
+    a file of the same bytes (another inode: what a swap or a restore looks like)."""
     job = committed_job(tmp_path / "o")
     records = job.committed()  # as the driver holds them
-    with open(job.staging / f"part-000001-00000.parquet{commit.STAGED}", "ab") as f:
-        f.write(b"more")
+    part = job.staging / f"part-000001-00000.parquet{commit.STAGED}"
+    stat, data = part.stat(), bytearray(part.read_bytes())
+    if how == "grown":
+        with open(part, "ab") as f:
+            f.write(b"more")
+    elif how.startswith("bytes flipped"):
+        data[100:108] = bytes(255 - x for x in data[100:108])
+        part.write_bytes(data)
+        os.utime(part, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    else:
+        shutil.copy2(part, tmp_path / "copy")
+        os.replace(tmp_path / "copy", part)
     with pytest.raises(commit.Damaged, match="part-000001-00000.parquet.staged: changed under the run"):
         job.check_staged(records)
-    assert sorted(job.committed()) == [0, 2]
+    assert sorted(job.committed()) == [0, 2]  # its item runs again on --resume
+
+
+def test_parts_checked_before_publishing_are_left_as_they_are(tmp_path):
+    """Reading a committed part, or a resumed run's check of it, changes nothing the stamp sees: publishing goes on."""
+    job = committed_job(tmp_path / "o")
+    records = job.committed()
+    (job.staging / f"part-000001-00000.parquet{commit.STAGED}").read_bytes()
+    job.check_staged(records)
+    job.publish(records, {"bad_lines": 0, "invalid_utf8_lines": 0})
+    assert ray_engine.read_parts(tmp_path / "o").num_rows == ITEMS * ROWS
 
 
 def damage(folder: Path, how: str) -> None:

@@ -238,23 +238,24 @@ def change(action: str, files: list[Path], out: Path, rng: random.Random) -> Non
         other = rng.choice([f for f in files if f != victim])
         a, b = victim.read_bytes(), other.read_bytes()
         victim.write_bytes(b), other.write_bytes(a)
-    else:  # a staged part cut short, or its bytes flipped (then the run is stopped: --resume finds it)
+    else:  # a staged part cut short, or its bytes flipped in place (same size and modification time)
         staged = sorted((out / commit.STAGING).glob(f"*{commit.STAGED}"))
         part = rng.choice(staged)
         data = bytearray(part.read_bytes())
         if action == "cut a staged part":
             part.write_bytes(data[: len(data) // 2])
         else:
+            stat = part.stat()
             data[100:164] = bytes(255 - x for x in data[100:164])
             part.write_bytes(data)
-            raise KeyboardInterrupt  # the driver stopped: its run is resumed
+            os.utime(part, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
 def test_inputs_or_parts_changed_at_random_moments_never_publish_wrong_rows(
     cluster, tiny_model_file, inputs, tmp_path, monkeypatch
 ):
     """Fault injection: 10 seeded runs, each changing an input (truncated, rewritten in place to the same size and
-    time, two swapped) or a staged part (cut, or its bytes flipped and the driver stopped) after a random commit:
+    time, two swapped) or a staged part (cut, or its bytes flipped in place, size and time kept) after a random commit:
     each run ends refused, or resumed (--resume) to the straight run's rows; never `_SUCCESS` over wrong rows."""
     inputs = inputs[:6]  # 6 work items a run: 10 runs and 4 resumes in well under a minute
     want = straight(cluster, tiny_model_file, inputs, tmp_path / "straight", "--threads", "1")
@@ -282,7 +283,7 @@ def test_inputs_or_parts_changed_at_random_moments_never_publish_wrong_rows(
                 "--load-file", str(tiny_model_file), "--quiet", "--threads", "1"]  # fmt: skip
         code = embed_sentences.main(args)
         monkeypatch.setattr(commit.Job, "commit", real_commit)
-        if "staged part" in action:  # refused, then resumed: the damaged part's item runs again
+        if "staged part" in action:  # refused before publishing, then resumed: the damaged part's item runs again
             assert code != 0 and not (out / commit.DONE).exists(), (seed, action)
             assert embed_sentences.main([*args, "--resume"]) == 0
             keys, vectors = rows_of(out)

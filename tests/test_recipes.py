@@ -76,3 +76,30 @@ def test_the_multilingual_recipe_builds_its_text_and_pieces_with_the_wmt_bitext(
     assert len(pairs) == len({(en, xx) for en, xx, _ in pairs})  # each pair once
     assert not wmt.held_apart_sentences(data) & {en for en, _, _ in pairs}
     assert (out / "sp.model").stat().st_size > 0
+
+
+def test_the_challenge_bitext_comes_in_without_pairs_near_the_tatoeba_test(shared_data, tmp_path):
+    """CHALLENGE=1's text: Tatoeba-Challenge pairs join the bitext, less any pair with a side near a Tatoeba test
+    sentence (here a planted one: a Challenge pair's German side, its last word changed, put in the test file), and
+    a held-apart slice of them is a dev set no training pair shares a side with."""
+    data = sample(shared_data, tmp_path / "data")
+    challenge = data / "train" / "bitext" / "tatoeba_challenge_v2021-08-07" / "en-deu.tsv.gz"
+    with gzip.open(challenge, "rt", encoding="utf-8") as f:
+        pairs = [tuple(line.rstrip("\n").split("\t")) for line in f]
+    planted = next(pair for pair in pairs[5:] if len(pair[1].split()) >= 6)
+    (data / "tatoeba").mkdir()
+    for lang in ("ara", "deu", "spa", "fra", "rus", "tur", "cmn"):
+        for side in (lang, "eng"):
+            head(shared_data / "tatoeba" / f"{lang}-eng.{side}", data / "tatoeba" / f"{lang}-eng.{side}", 20)
+    with open(data / "tatoeba" / "deu-eng.deu", "a", encoding="utf-8") as f:
+        f.write(" ".join(planted[1].split()[:-1] + ["Ende."]) + "\n")
+    out = tmp_path / "run"
+    args = [str(data), str(out), "--challenge", "--heldout", "20", "--max-mono", "50", "--max-en", "50"]
+    subprocess.run(["python", str(ROOT / "scripts" / "multilingual_text.py"), *args], check=True, capture_output=True)
+    trained = {
+        (en, xx) for en, xx, lang in (line.split("\t") for line in (out / "bitext.tsv").read_text().splitlines())
+    }
+    held = [tuple(line.split("\t")) for line in (out / "heldout-challenge.de.tsv").read_text().splitlines()]
+    assert len(held) == 20 and not {s for pair in held for s in pair} & {s for pair in trained for s in pair}
+    assert planted not in trained and planted not in held
+    assert len(set(pairs) & (trained | set(held))) >= len(pairs) - 10  # the others are in
