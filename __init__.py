@@ -8,12 +8,14 @@
 The repository's top-level files are this package's modules: `paraphrastic.models`, `paraphrastic.train`, ...
 """
 
+from __future__ import annotations
+
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from paraphrastic import workers
-from paraphrastic.checkpoint import read_checkpoint, static_from_checkpoint
-from paraphrastic.static import Encoding, existing_model
+if TYPE_CHECKING:
+    from paraphrastic.static import Encoding
 
 __version__ = "0.2.0"
 __all__ = ["load_encoder", "load_model", "__version__"]
@@ -22,12 +24,22 @@ __all__ = ["load_encoder", "load_model", "__version__"]
 def load_encoder(path: str | os.PathLike | None = None, sp_model=None, device: str | None = None) -> Encoding:
     """The model to embed with: an SPEncoder where it can be one (our SP checkpoint, on the CPU), read without
     torch; anything else (other layouts, other encoders, a GPU, a file the torch-free reader does not take) through
-    models.load_model. It lives here, above both readers, so that the torch-free one never imports the torch one."""
+    models.load_model. It lives here, above both readers, so that the torch-free one never imports the torch one;
+    its imports are made here, so that `import paraphrastic.X` costs no numpy where X needs none (train's and the
+    demo's --help)."""
+    from paraphrastic import workers
+    from paraphrastic.checkpoint import read_checkpoint, static_from_checkpoint
+    from paraphrastic.static import existing_model
+
     if sp_model is None and device in (None, "cpu"):
-        file = existing_model(path)
-        state = read_checkpoint(file)
-        if state is not None and (model := static_from_checkpoint(state, file)) is not None:
-            return model
+        file, early = existing_model(path), []  # the tokenizer, started in a thread as the file is read
+        try:
+            state = read_checkpoint(file, early)
+            if state is not None and (model := static_from_checkpoint(state, file, *early)) is not None:
+                return model
+        finally:
+            for thread in early:  # nothing of it outlives the call, whatever the file turned out to be
+                thread.join()
     threads = workers.threads()
     from paraphrastic.models import load_model
 

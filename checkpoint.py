@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from paraphrastic.fileio import ModelError
-from paraphrastic.pieces import Tokenizer
+from paraphrastic.pieces import Tokenizer, TokenizerLoad
 from paraphrastic.static import SPEncoder
 
 FORMAT = "paraphrastic-sp"
@@ -170,13 +170,17 @@ def inflation_refusal(members: list[zipfile.ZipInfo], size: int) -> str | None:
     return None
 
 
-def read_pickle(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, storage=None):
+def read_pickle(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, storage=None, scanned=None):
     """A torch zip's pickle, walked by its operations first (count_ops), then unpickled (`storage`: see
     _Unpickler; without it, a scan). It is inflated once, into memory (at most MAX_PICKLE_BYTES: _pickle_member),
-    where the walk's many small reads cost a fifth of what they cost from the zip's stream."""
+    where the walk's many small reads cost a fifth of what they cost from the zip's stream. `scanned` is given
+    what a scan makes of it (plain values read, no storage) before the storages are read."""
     with archive.open(info) as f:
         data = io.BytesIO(f.read())
     count_ops(data, path)
+    if scanned is not None:
+        data.seek(0)
+        scanned(_Unpickler(data).load())
     data.seek(0)
     return _Unpickler(data, storage).load()
 
@@ -211,10 +215,12 @@ def refused(path: Path, error: _Hostile) -> ModelError:
     return ModelError(f"{path}: refused: {error} (the file is corrupt or hostile)")
 
 
-def read_checkpoint(path: Path) -> dict | None:
+def read_checkpoint(path: Path, early: list | None = None) -> dict | None:
     """Our SP checkpoint's contents, tensors as numpy arrays, read without torch within scan_model_file's budget (a
     ModelError beyond it); None for any other file (a legacy or general model, a folder, a damaged or foreign file:
-    models.load_model reads it or says why not)."""
+    models.load_model reads it or says why not). Given a list `early`, the file's tokenizer starts building in a
+    thread (Tokenizer.in_thread, put in the list) once the pickle is scanned, while the storages are read: the
+    load then takes the longer of the two, not their sum; static_from_checkpoint takes it."""
     if not path.is_file():  # a pipe or device is never opened here (reading it would wait or consume it)
         return None
     try:
@@ -235,7 +241,13 @@ def read_checkpoint(path: Path) -> dict | None:
                     f.readinto(memoryview(out).cast("B"))
                 return out
 
-            state = read_pickle(archive, info, path, storage)
+            def tokenizer_early(scan) -> None:
+                config = scan.get("config") if isinstance(scan, dict) else None
+                if early is not None and scan.get("format") == FORMAT and isinstance(scan.get("sp_model"), bytes):
+                    if isinstance(config, dict) and isinstance(config.get("lowercase"), bool):
+                        early.append(Tokenizer.in_thread(scan["sp_model"], config["lowercase"], path))
+
+            state = read_pickle(archive, info, path, storage, scanned=tokenizer_early)
     except _Hostile as e:
         raise refused(path, e) from None
     except Exception:  # noqa: BLE001 - any other fault: the torch loader reads the file again and names it
@@ -245,13 +257,14 @@ def read_checkpoint(path: Path) -> dict | None:
     return state
 
 
-def checkpoint_fields(state: dict, path: Path) -> dict:
+def checkpoint_fields(state: dict, path: Path, early: TokenizerLoad | None = None) -> dict:
     """The fields of one of our checkpoints (`Model.checkpoint()`), checked: the one description of the format that
     both readers use, on numpy arrays (here) or torch tensors (models.py) alike. `format_version` 1 holds a 2-D float
     `embedding`; 2 holds it as int8 rows with bfloat16 row scales (`embedding_scale`, (rows, 1)). `config` is plain
     data with `lowercase` (bool) and `encoder` (str, default "sp"; "parts" for a general model); `sp_model` is a
     sentencepiece model's bytes; `piece_rows` (piece id -> row, -1: none) and `unk_row` are optional. Returns the
-    fields with a `tokenizer` for an SP model alone; a ModelError names the first field that is wrong."""
+    fields with a `tokenizer` for an SP model alone (`early`'s, where it was built from the same bytes); a ModelError
+    names the first field that is wrong."""
     version = state.get("format_version")
     if type(version) is not int or version not in (FORMAT_VERSION, INT8_VERSION):
         raise ModelError(f"{path}: format version {version!r:.40} is not supported (this toolkit reads "
@@ -274,7 +287,7 @@ def checkpoint_fields(state: dict, path: Path) -> dict:
     fields = {"format_version": version, "config": config, "embedding": table, "embedding_scale": scale}
     if config.get("encoder", "sp") != "sp" or "parts" in config:
         return fields  # a general model: models.py reads its parts
-    tokenizer = sp_tokenizer(state, path)
+    tokenizer = sp_tokenizer(state, path, early)
     rows, unk = state.get("piece_rows"), state.get("unk_row")
     if rows is None and len(table) != len(tokenizer):
         raise ModelError(f"{path}: {len(table)} embedding rows for {len(tokenizer)} pieces (the file is corrupt)")
@@ -285,11 +298,15 @@ def checkpoint_fields(state: dict, path: Path) -> dict:
     return fields | {"tokenizer": tokenizer, "piece_rows": rows, "unk_row": unk if rows is not None else None}
 
 
-def sp_tokenizer(state: dict, path: Path) -> Tokenizer:
-    """The tokenizer of a checkpoint's `sp_model` (bytes) and its config's lowercasing (checked before)."""
+def sp_tokenizer(state: dict, path: Path, early: TokenizerLoad | None = None) -> Tokenizer:
+    """The tokenizer of a checkpoint's `sp_model` (bytes) and its config's lowercasing (checked before): `early`'s
+    when it was started on the same."""
     if not isinstance(state.get("sp_model"), bytes):
         raise ModelError(f"{path}: no sentencepiece model inside the model file (it is corrupt)")
-    return Tokenizer(state["sp_model"], state["config"]["lowercase"], source=path)
+    lowercase = state["config"]["lowercase"]
+    if early is not None and early.lowercase == lowercase and early.sp_model == state["sp_model"]:
+        return early.result()
+    return Tokenizer(state["sp_model"], lowercase, source=path)
 
 
 def dtype_name(array) -> str | None:
@@ -317,20 +334,22 @@ def checked_finite(table, path: Path):
     return table
 
 
-def static_from_checkpoint(state: dict, path: Path) -> SPEncoder | None:
-    """An SPEncoder from `read_checkpoint`'s contents; None for a model that is not SP alone. An int8 table is
-    scaled to float32 in a thread while checkpoint_fields checks the fields and loads sentencepiece: both let go of
-    the GIL, so with two cores the load takes the longer of the two, not their sum (docs/benchmarks.md). What the
-    thread made is used only once the fields are found sound."""
+def static_from_checkpoint(state: dict, path: Path, early: TokenizerLoad | None = None) -> SPEncoder | None:
+    """An SPEncoder from `read_checkpoint`'s contents (and the tokenizer it started `early`); None for a model that
+    is not SP alone. An int8 table is scaled to float32 in a thread while checkpoint_fields checks the fields and
+    loads sentencepiece: both let go of the GIL, so with two cores the load takes the longer of the two, not their
+    sum (docs/benchmarks.md). What the thread made is used only once the fields are found sound."""
     scaled: list = []
     scaling = threading.Thread(target=scale_into, args=(scaled, state))
     if type(state.get("format_version")) is int and state["format_version"] == INT8_VERSION:  # not yet checked
         scaling.start()
     try:
-        fields = checkpoint_fields(state, path)
-    finally:  # an unsound file's error waits for the thread: nothing of it outlives the call
+        fields = checkpoint_fields(state, path, early)
+    finally:  # an unsound file's error waits for the threads: nothing of them outlives the call
         if scaling.ident is not None:
             scaling.join()
+        if early is not None:
+            early.join()
     if "tokenizer" not in fields:
         return None
     table = scaled[0] if scaled else float_table(fields)  # the thread's failure on sound fields is raised here

@@ -13,6 +13,7 @@ import os
 import string
 import sys
 import tempfile
+import threading
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,27 @@ from paraphrastic.fileio import ModelError, first_sentence
 
 SP_BATCH = 64  # texts from which sentencepiece's call on a list (a pool of threads) beats one call a text
 SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
+
+
+class TokenizerLoad(threading.Thread):
+    """Tokenizer.in_thread's thread: what it built, or what it raised, given by `result`."""
+
+    def __init__(self, kind: type, sp_model: bytes, lowercase: bool, source):
+        super().__init__(daemon=True)
+        self.kind, self.sp_model, self.lowercase, self.source, self.made = kind, sp_model, lowercase, source, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.made = self.kind(self.sp_model, self.lowercase, self.source)
+        except BaseException as e:  # noqa: BLE001 - raised by result(), in the caller's thread
+            self.made = e
+
+    def result(self) -> Tokenizer:
+        self.join()
+        if isinstance(self.made, BaseException):
+            raise self.made
+        return self.made
 
 
 def cased(texts: Sequence[str], lowercase: bool) -> list[str]:
@@ -50,6 +72,13 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
+
+    @classmethod
+    def in_thread(cls, sp_model: bytes, lowercase: bool, source=None) -> TokenizerLoad:
+        """A Tokenizer built in a thread, taken with `.result()`: sentencepiece lets go of the GIL while it builds
+        its model (two thirds of reading a model file), so a reader starts it as soon as it has the bytes and reads
+        the table meanwhile."""
+        return TokenizerLoad(cls, sp_model, lowercase, source)
 
     @property
     def unk_id(self) -> int:

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import tracemalloc
 
 import numpy as np
@@ -79,6 +80,28 @@ def test_loading_an_int8_model_builds_one_float_table():
     tracemalloc.stop()
     assert model.table.dtype == np.float32 and model.table.shape == (rows, dim)
     assert peak < 1.5 * rows * dim * 4  # scaled in place: a second table-sized array would be 80 MB more at start-up
+
+
+def test_the_tokenizer_is_built_in_a_thread_while_the_table_is_read(tiny_model_file, monkeypatch):
+    """load_encoder starts sentencepiece's build as soon as the pickle is scanned, takes that tokenizer, and leaves
+    no thread behind; a file whose sentencepiece bytes were changed after the scan is read with its own."""
+    started, real = [], pieces.Tokenizer.in_thread
+    monkeypatch.setattr(pieces.Tokenizer, "in_thread", lambda *a: started.append(real(*a)) or started[-1])
+    threads = threading.active_count()
+    model = paraphrastic.load_encoder(tiny_model_file)
+    assert len(started) == 1 and model.tokenizer is started[0].made and threading.active_count() == threads
+    state = checkpoint.read_checkpoint(tiny_model_file, early := [])
+    early[0].sp_model = b"other bytes"  # as if the file had said otherwise on its second reading
+    assert checkpoint.static_from_checkpoint(state, tiny_model_file, *early).tokenizer is not early[0].made
+
+
+def test_a_model_file_with_broken_sentencepiece_bytes_is_one_error_from_the_thread(tiny_model, tmp_path):
+    tiny_model.sp_tokenizer.sp_model = b"\x08broken"
+    tiny_model.save(tmp_path / "broken.pt")
+    threads = threading.active_count()
+    with pytest.raises(ModelError, match="broken.pt: not a valid sentencepiece model"):
+        paraphrastic.load_encoder(tmp_path / "broken.pt")
+    assert threading.active_count() == threads
 
 
 @pytest.mark.parametrize("scale", [np.inf, np.nan, 3e38])  # 3e38 x 127 overflows float32
