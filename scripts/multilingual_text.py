@@ -81,11 +81,17 @@ class NearTest:
                 self.index[gram].append(i)
 
     def __call__(self, sentence: str) -> bool:
+        return self.closest(sentence) >= NEAR
+
+    def closest(self, sentence: str) -> float:
+        """The largest trigram overlap (Jaccard) of `sentence` with a test sentence, among the ten that share the
+        most of its rarer trigrams (0 when none shares one)."""
         grams, shared = trigrams(sentence), collections.Counter()
         for gram in grams:
             if len(self.index.get(gram, ())) < 200:
                 shared.update(self.index.get(gram, ()))
-        return any(len(grams & self.test[i]) >= NEAR * len(grams | self.test[i]) for i, _ in shared.most_common(10))
+        overlaps = [len(grams & self.test[i]) / len(grams | self.test[i]) for i, _ in shared.most_common(10)]
+        return max(overlaps, default=0.0)
 
 
 def challenge_pairs(data: Path, lang: str, near_english: NearTest) -> tuple[list[tuple[str, str]], int]:

@@ -3,11 +3,12 @@
 # Russian, Turkish, Chinese in one space) from ../shared/data, distilled from multilingual USE v3.
 # Resumable: a rerun skips the steps whose output exists (teacher vectors are cached by content under
 # $PARAPHRASTIC_CACHE, default ~/.cache/paraphrastic). Each step prints its time.
-#   1. text: monolingual sentences per language, clean bitext with English (no Tatoeba-Challenge; WMT=1 adds the WMT
-#      systems' bitext; CHALLENGE=1 the Tatoeba-Challenge bitext less the pairs near the Tatoeba test set, and 300
-#      more held-apart pairs per language from it), 300 held-apart pairs per language (dev), 100,000 English
-#      Wikipedia sentences
-#      (scripts/multilingual_text.py);
+#   1. text: monolingual sentences per language, bitext with English, 300 held-apart pairs per language (dev),
+#      100,000 English Wikipedia sentences (scripts/multilingual_text.py): the bitext is every file but the WMT
+#      systems' outputs (WMT=1 adds them) and Tatoeba-Challenge's, to which the Tatoeba-Challenge bitext is added
+#      (CHALLENGE=1, the default; CHALLENGE=0 leaves it out, as the model before did) less every pair with a side
+#      near a sentence of the Tatoeba test set, and 300 more held-apart pairs per language cut from it (a dev set
+#      of Tatoeba's register);
 #   2. a 120,000-piece (VOCAB) unigram sentencepiece model on all of it, lowercased, raw Chinese, character coverage
 #      0.9999 (at 0.9995, 39% of the Chinese sentences held a character it read as unknown; at 0.9999, 11%);
 #   3. USE vectors of every sentence and every piece (scripts/multilingual_targets.py); each sentence's target is
@@ -21,7 +22,7 @@
 #   5. paraphrastic-train: the paper's margin loss on the bitext pairs (bitext mode, hardest negatives from
 #      mega-batches of MEGABATCH (4) x 128 pairs) plus distillation (1 - cos toward the target, 512 sentences an update) plus
 #      80 x the relational loss (the batch's cosine matrix toward the teacher's) plus RELATE x the relational loss
-#      on 512 of the spans of step 4 toward the two teachers' mean cosines; lr 0.001, STEPS updates; SEEDS
+#      on 512 of the spans of step 4 toward the two teachers' mean cosines; lr 0.001, STEPS updates; SEEDS (4)
 #      times, with seeds 1, 2, ... (the data order);
 #   6. the mean of the SEEDS tables, then every row minus the mean vector of 100,000 training sentences
 #      (scripts/center_model.py --powers 0: centred, not whitened), stored in PRECISION (int8: one bfloat16 scale
@@ -33,8 +34,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
-vocab=${VOCAB:-120000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-8} relate=${RELATE:-5} repeat=${REPEAT:-ar=2} megabatch=${MEGABATCH:-4}
-wmt=${WMT:-0} challenge=${CHALLENGE:-0} spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5} precision=${PRECISION:-int8}
+vocab=${VOCAB:-120000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-4} relate=${RELATE:-5} repeat=${REPEAT:-ar=2} megabatch=${MEGABATCH:-4}
+wmt=${WMT:-0} challenge=${CHALLENGE:-1} spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5} precision=${PRECISION:-int8}
 model=${MODEL_OUT:-data/models/multilingual.pt}
 mkdir -p "$out"
 step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its first steps on a sample)

@@ -23,10 +23,15 @@ def head(src, dst, lines: int) -> None:
         out.writelines(itertools.islice(f, lines))
 
 
+SEVEN = ("ara", "deu", "spa", "fra", "rus", "tur", "cmn")  # the Tatoeba test sets the Challenge bitext is kept from
+
+
 def sample(data, root, lines: int = 150):
-    """A data folder of `data`'s layout with the first lines of each training and dev file; of the WMT groups, the
-    first 10 of each test set, so that the held-apart ones are there to be kept out."""
-    for path in [*(data / "train").glob("**/*.gz"), *(data / "sts").glob("**/*.tsv")]:
+    """A data folder of `data`'s layout with the first lines of each training and dev file and of the seven
+    Tatoeba test sets; of the WMT groups, the first 10 of each test set, so that the held-apart ones are there to be
+    kept out."""
+    tatoeba = [data / "tatoeba" / f"{lang}-eng.{side}" for lang in SEVEN for side in (lang, "eng")]
+    for path in [*(data / "train").glob("**/*.gz"), *(data / "sts").glob("**/*.tsv"), *tatoeba]:
         head(path, root / path.relative_to(data), lines)
     with gzip.open(data / wmt.GROUPS, "rt", encoding="utf-8") as f:
         groups = list(f)
@@ -63,7 +68,7 @@ def test_the_default_recipe_builds_its_text_pieces_and_targets_with_the_wmt_text
     assert init.embedding.weight.shape == (400, 8) and init.tokenizer.sp_model == (out / "sp.model").read_bytes()
 
 
-def test_the_multilingual_recipe_builds_its_text_and_pieces_with_the_wmt_bitext(shared_data, tmp_path):
+def test_the_multilingual_recipe_builds_its_text_and_pieces_with_the_wmt_and_challenge_bitext(shared_data, tmp_path):
     data, out = sample(shared_data, tmp_path / "data"), tmp_path / "run"
     done = run_recipe(
         "train_multilingual_model.sh", out, data, tmp_path, STOP_AFTER="sentencepiece", VOCAB="4000", WMT="1"
@@ -76,6 +81,7 @@ def test_the_multilingual_recipe_builds_its_text_and_pieces_with_the_wmt_bitext(
     assert len(pairs) == len({(en, xx) for en, xx, _ in pairs})  # each pair once
     assert not wmt.held_apart_sentences(data) & {en for en, _, _ in pairs}
     assert (out / "sp.model").stat().st_size > 0
+    assert (out / "heldout-challenge.de.tsv").exists()  # CHALLENGE=1 is the default: the shipped model's text
 
 
 def test_the_challenge_bitext_comes_in_without_pairs_near_the_tatoeba_test(shared_data, tmp_path):
@@ -87,10 +93,6 @@ def test_the_challenge_bitext_comes_in_without_pairs_near_the_tatoeba_test(share
     with gzip.open(challenge, "rt", encoding="utf-8") as f:
         pairs = [tuple(line.rstrip("\n").split("\t")) for line in f]
     planted = next(pair for pair in pairs[5:] if len(pair[1].split()) >= 6)
-    (data / "tatoeba").mkdir()
-    for lang in ("ara", "deu", "spa", "fra", "rus", "tur", "cmn"):
-        for side in (lang, "eng"):
-            head(shared_data / "tatoeba" / f"{lang}-eng.{side}", data / "tatoeba" / f"{lang}-eng.{side}", 20)
     with open(data / "tatoeba" / "deu-eng.deu", "a", encoding="utf-8") as f:
         f.write(" ".join(planted[1].split()[:-1] + ["Ende."]) + "\n")
     out = tmp_path / "run"
