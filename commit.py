@@ -152,10 +152,11 @@ class Job:
                     record["parts"], record["part_bytes"], record["part_sha256"], strict=True
                 ):
                     check_part(self.part_path(name), size, digest)
-            except InputError:
+                stamps = {name: stamp(self.part_path(name)) for name in record["parts"]}
+            except (InputError, OSError):
                 path.unlink(missing_ok=True)  # the item runs again and writes its parts anew
                 continue
-            self.stamps |= {name: stamp(self.part_path(name)) for name in record["parts"]}
+            self.stamps |= stamps
             records[item] = record
         return records
 
