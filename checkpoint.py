@@ -242,12 +242,18 @@ def read_checkpoint(path: Path, early: list | None = None) -> dict | None:
                 return out
 
             def tokenizer_early(scan) -> None:
-                config = scan.get("config") if isinstance(scan, dict) else None
-                if early is not None and scan.get("format") == FORMAT and isinstance(scan.get("sp_model"), bytes):
-                    if isinstance(config, dict) and isinstance(config.get("lowercase"), bool):
-                        early.append(Tokenizer.in_thread(scan["sp_model"], config["lowercase"], path))
+                if (
+                    not isinstance(scan, dict)
+                    or scan.get("format") != FORMAT
+                    or not isinstance(scan.get("sp_model"), bytes)
+                ):
+                    return
+                config = scan.get("config")
+                if isinstance(config, dict) and isinstance(config.get("lowercase"), bool):
+                    early.append(Tokenizer.in_thread(scan["sp_model"], config["lowercase"], path))
 
-            state = read_pickle(archive, info, path, storage, scanned=tokenizer_early)
+            scanned = tokenizer_early if early is not None else None  # the scan costs a pass: only for a taker
+            state = read_pickle(archive, info, path, storage, scanned=scanned)
     except _Hostile as e:
         raise refused(path, e) from None
     except Exception:  # noqa: BLE001 - any other fault: the torch loader reads the file again and names it

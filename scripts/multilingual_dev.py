@@ -38,6 +38,18 @@ def distractors(data: Path, start: int = 200_000, count: int = 20_000) -> list[s
         return [line.strip() for line in itertools.islice(f, start, start + count)]
 
 
+def heldout_pairs(path: Path) -> tuple[list[str], list[str]]:
+    """The English and the foreign sides of a held-apart pairs file (english<TAB>foreign lines)."""
+    en, xx = zip(*(line.split("\t") for line in read_lines(path)), strict=True)
+    return list(en), list(xx)
+
+
+def retrieval_error(en_vectors: np.ndarray, xx_vectors: np.ndarray, extra: np.ndarray) -> float:
+    """Error x 100 of each foreign sentence searching its English side among all English sides and `extra`."""
+    found, _ = knn.nearest_both_ways(xx_vectors, np.concatenate([en_vectors, extra]))
+    return 100 * float(np.mean(found != np.arange(len(xx_vectors))))
+
+
 def agreement(cosines: np.ndarray, reference: np.ndarray) -> float:
     """Pearson x 100 between two cosine matrices over all pairs i != j."""
     off = ~np.eye(len(reference), dtype=bool)
@@ -50,7 +62,7 @@ def teacher_figures(heldout: Path, teacher, outsider) -> dict[str, float]:
     two (what scripts/multilingual_relate.py teaches)."""
     e5, out = load_teacher(E5_TEACHER), {}
     for path in sorted(heldout.glob("heldout.*.tsv")):
-        en, xx = (list(side) for side in zip(*(line.split("\t") for line in read_lines(path)), strict=True))
+        en, xx = heldout_pairs(path)
         lang = path.stem.split(".")[1]
         judged = unit_rows(encode_cached(outsider, DEFAULT_TEACHER, en).astype(np.float32))
         use, centred = teacher_views(teacher, e5, xx)
@@ -71,11 +83,10 @@ def dev_figures(model, heldout: Path, data: Path, teacher, outsider) -> dict[str
     extra = model.encode(distractors(data))
     errors, agreements, short, outside = {}, {}, {}, {}
     for path in sorted(heldout.glob("heldout.*.tsv")):
-        en, xx = (list(side) for side in zip(*(line.split("\t") for line in read_lines(path)), strict=True))
+        en, xx = heldout_pairs(path)
         en_vectors, xx_vectors = model.encode(en), model.encode(xx)
-        found, _ = knn.nearest_both_ways(xx_vectors, np.concatenate([en_vectors, extra]))
         lang = path.stem.split(".")[1]
-        errors[lang] = 100 * float(np.mean(found != np.arange(len(xx))))
+        errors[lang] = retrieval_error(en_vectors, xx_vectors, extra)
         taught = encode_cached(teacher, USE_TEACHER, en).astype(np.float32)
         reference = model.similarity(taught, taught)
         views = [model.similarity(xx_vectors, xx_vectors), model.similarity(xx_vectors, en_vectors)]
@@ -87,9 +98,8 @@ def dev_figures(model, heldout: Path, data: Path, teacher, outsider) -> dict[str
         short[f"short-{lang}"] = agreement(model.similarity(cut, cut), model.similarity(taught, taught))
     challenge = {}  # with CHALLENGE=1: the same retrieval on held-apart Tatoeba-Challenge pairs (Tatoeba's register)
     for path in sorted(heldout.glob("heldout-challenge.*.tsv")):
-        en, xx = (list(side) for side in zip(*(line.split("\t") for line in read_lines(path)), strict=True))
-        found, _ = knn.nearest_both_ways(model.encode(xx), np.concatenate([model.encode(en), extra]))
-        challenge[f"challenge-{path.stem.split('.')[1]}"] = 100 * float(np.mean(found != np.arange(len(xx))))
+        en, xx = heldout_pairs(path)
+        challenge[f"challenge-{path.stem.split('.')[1]}"] = retrieval_error(model.encode(en), model.encode(xx), extra)
     named = ((errors, "error-mean"), (agreements, "agree-mean"), (short, "short-mean"), (outside, "outside-mean"),
              (challenge, "challenge-mean"))  # fmt: skip
     for figures, mean in named:

@@ -85,24 +85,30 @@ class NearTest:
 
     def closest(self, sentence: str) -> float:
         """The largest trigram overlap (Jaccard) of `sentence` with a test sentence, among the ten that share the
-        most of its rarer trigrams (0 when none shares one)."""
+        most of its rarer trigrams, ties to the earlier test sentence (0 when none shares one). The ties are broken
+        by position, not by the order of a set of strings, which follows Python's hash seed from run to run."""
         grams, shared = trigrams(sentence), collections.Counter()
         for gram in grams:
             if len(self.index.get(gram, ())) < 200:
                 shared.update(self.index.get(gram, ()))
-        overlaps = [len(grams & self.test[i]) / len(grams | self.test[i]) for i, _ in shared.most_common(10)]
-        return max(overlaps, default=0.0)
+        best = sorted(shared.items(), key=lambda item: (-item[1], item[0]))[:10]
+        return max((len(grams & self.test[i]) / len(grams | self.test[i]) for i, _ in best), default=0.0)
 
 
 def challenge_pairs(data: Path, lang: str, near_english: NearTest) -> tuple[list[tuple[str, str]], int]:
     """The Tatoeba-Challenge (english, foreign) pairs of `lang`, less those with a side near the LASER Tatoeba
     test set (its foreign side against the language's test sentences, its English side against the English test
     sentences of all seven languages), and how many were dropped."""
-    code, test = TATOEBA[lang]
+    test = TATOEBA[lang][1]
     near_foreign = NearTest(read_test(data, test, test))
-    pairs = bitext_pairs(data / "train" / "bitext" / "tatoeba_challenge_v2021-08-07" / f"en-{code}.tsv.gz")
+    pairs = bitext_pairs(challenge_file(data, lang))
     kept = [(en, xx) for en, xx in pairs if not near_english(en) and not near_foreign(xx)]
     return kept, len(pairs) - len(kept)
+
+
+def challenge_file(data: Path, lang: str) -> Path:
+    """The Tatoeba-Challenge bitext file of `lang` (english<TAB>foreign)."""
+    return data / "train" / "bitext" / "tatoeba_challenge_v2021-08-07" / f"en-{TATOEBA[lang][0]}.tsv.gz"
 
 
 def read_test(data: Path, lang: str, side: str) -> list[str]:

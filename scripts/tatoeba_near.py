@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from multilingual_text import TATOEBA, NearTest, bitext_pairs, read_test  # sibling scripts
+from multilingual_text import TATOEBA, NearTest, bitext_pairs, challenge_file, read_test  # sibling scripts
 
 from paraphrastic import knn
 from paraphrastic.models import load_model
@@ -20,8 +20,8 @@ from paraphrastic.models import load_model
 
 def near_pairs(data: Path, lang: str, near: float) -> np.ndarray:
     """Whether each test pair of `lang` has a side near a Challenge sentence of that language."""
-    code, test = TATOEBA[lang]
-    pairs = bitext_pairs(data / "train" / "bitext" / "tatoeba_challenge_v2021-08-07" / f"en-{code}.tsv.gz")
+    test = TATOEBA[lang][1]
+    pairs = bitext_pairs(challenge_file(data, lang))
     english, foreign = NearTest([en for en, _ in pairs]), NearTest([xx for _, xx in pairs])
     sides = zip(read_test(data, test, "eng"), read_test(data, test, test), strict=True)
     return np.array([max(english.closest(en), foreign.closest(xx)) >= near for en, xx in sides])
