@@ -17,8 +17,6 @@ import sys
 import threading
 from collections.abc import Callable
 
-from paraphrastic.fileio import Error
-
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled as Ctrl-C is (temporaries removed, workers stopped), then exit 143."""
@@ -67,6 +65,8 @@ def run_cli(main: Callable[..., int | None]) -> Callable[..., int]:
 
     def wrapped(argv: list[str] | None = None, **kwargs) -> int:
         global _term_owner
+        from paraphrastic.fileio import Error  # here, not above: --help is answered before numpy (fileio's) loads
+
         # at exit, the interpreter's last garbage collection walks every object left, torch's million among them, to
         # free memory the process is giving back anyway: 0.3 s of each command that loaded torch, skipped when frozen
         atexit.unregister(gc.freeze)  # registered once however many commands run in this process

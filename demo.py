@@ -1,4 +1,4 @@
-"""A local demo web page: how similar two sentences are, search in a corpus, and translation matching.
+"""The work of paraphrastic-demo (its options: options.demo_args): a local demo web page: how similar two sentences are, search in a corpus, and translation matching.
 
     paraphrastic-demo --corpus sentences.txt       # then open http://127.0.0.1:7860
 
@@ -28,8 +28,10 @@ import numpy as np
 from tqdm import tqdm
 
 from paraphrastic import knn, mine_bitext
-from paraphrastic.cli import at_least, cli_parser, run_cli
+from paraphrastic.cli import run_cli
 from paraphrastic.fileio import Error, InputError, count_lines, install_hint, open_input, read_lines
+from paraphrastic.options import EXAMPLE_CORPUS, MAX_CORPUS_LINES
+from paraphrastic.options import demo_args as parse_args
 from paraphrastic.static import ENGLISH_ONLY, SHIPPED, english_only
 from paraphrastic.workers import available_memory, use_threads
 
@@ -45,10 +47,8 @@ MAX_CHARS = 100_000  # per text box
 MAX_LIST_LINES = 2_000  # per list of the matching view: two such lists match in well under a second
 RETRIEVALS = ("forward", "max-score", "intersect")
 MAX_RESULTS = 50  # search results a request may ask for
-MAX_CORPUS_LINES = 2_000_000
 MAX_UPLOAD = "200mb"
 SHORTLIST = 32  # corpus lines kept by the float16 scan, then scored exactly with score_raw_text
-EXAMPLE_CORPUS = Path(__file__).resolve().parent / "data" / "example-sentences.txt"
 # the browser's own fonts, CJK ones after the Latin (a machine with none shows CJK text as boxes: docs/usage.md)
 CJK_FONTS = ["Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Microsoft YaHei", "WenQuanYi Micro Hei"]
 FONTS = (["Helvetica", "Arial", "DejaVu Sans", *CJK_FONTS, "sans-serif"],
@@ -365,21 +365,6 @@ def build_app(
             match_button.click(on_match, [model, first, second, retrieval], [matches, message], api_name="match")
     app.queue(max_size=64, default_concurrency_limit=2)  # more requests wait their turn, up to 64
     return app, (style if in_launch else {})
-
-
-def parse_args(argv: list[str] | None):
-    p = cli_parser(__doc__, "paraphrastic-demo --corpus sentences.txt", prog="paraphrastic-demo")
-    p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 opens it to the network)")
-    p.add_argument("--port", type=at_least(1), default=7860, help="port to serve on")
-    p.add_argument("--corpus", default=str(EXAMPLE_CORPUS), help="the search view's corpus, one sentence per line")
-    p.add_argument(
-        "--model",
-        default="default",
-        help="model file, or a shipped model's name: default (English) or multilingual (default: %(default)s)",
-    )
-    p.add_argument("--max-corpus-lines", type=at_least(1), default=MAX_CORPUS_LINES, help="larger corpora are refused")
-    p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
-    return p.parse_args(argv)
 
 
 @run_cli

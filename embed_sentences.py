@@ -1,4 +1,5 @@
-"""Embed a file of sentences (one per line) into an .npy matrix, one row per line, in order.
+"""The work of paraphrastic-embed (its options and help: options.embed_args): a file of sentences into an .npy
+matrix, one row per line, in order.
 
 The input is streamed in chunks and the rows go into a memory-mapped .npy under a temporary name,
 renamed into place only when every row is written: RAM stays bounded for any file size, and an
@@ -27,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from paraphrastic import language, load_encoder, ray_engine
+from paraphrastic import language, load_encoder
 from paraphrastic.blocks import block_bytes, estimate_lines, worker_blocks
-from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
+from paraphrastic.cli import run_cli
 from paraphrastic.fileio import (
     InputError,
     atomic_output,
@@ -48,6 +49,8 @@ from paraphrastic.fileio import (
     set_npy_rows,
     write_npy_rows,
 )
+from paraphrastic.options import DTYPES
+from paraphrastic.options import embed_args as parse_args
 from paraphrastic.precision import check_truncate_dim, row_layout, rows_as
 from paraphrastic.static import model_path, text_notes, use_torch_for
 from paraphrastic.workers import Workers, use_threads, workers_for
@@ -56,79 +59,6 @@ PART_FORMAT = "paraphrastic-shard"  # the records of embedding parts (value kept
 RECORD_KEYS = {"shard", "num_shards", "start", "stop", "lines", "dim", "dtype"}
 STREAM_ROWS = 10**20  # the rows a stream's header says until its end: the most its 21 padded digits hold
 UNSAID = {"normalize": False}  # what a shard record written before a key existed means by its absence
-DTYPES = ("float32", "float16", "binary", "ubinary")  # binary, ubinary: each row's signs, 8 a byte (precision.signs)
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = cli_parser(
-        __doc__,
-        "paraphrastic-embed --sentence-file data/example-sentences.txt --output-file vectors.npy\n"
-        "shards: paraphrastic-embed --sentence-file X --output-file part-I.npy --shard I --num-shards N, then\n"
-        "  paraphrastic-embed --concat all.npy part-0.npy ... part-(N-1).npy",
-    )
-    p.add_argument("--sentence-file", help="UTF-8 text, one sentence per line; - reads standard input")
-    p.add_argument(
-        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
-    )
-    p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
-    p.add_argument("--output-file", help="output .npy, shape (lines, dim)")
-    p.add_argument(
-        "--batch-size",
-        type=at_least(1),
-        default=8192,
-        help="sentences per tokenize+pool step (a mean model's: 1,024 at least)",
-    )
-    p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
-    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
-    p.add_argument(
-        "--dtype",
-        choices=DTYPES,
-        default="float32",
-        help="the rows' type; binary / ubinary: each row's signs, 8 a byte, as int8 / uint8 (dim/8 bytes a row, "
-        "encode's precision=; default float32)",
-    )
-    p.add_argument("--normalize", action="store_true", help="rows of unit length (encode's normalize_embeddings=)")
-    p.add_argument("--truncate-dim", type=at_least(1), metavar="K",
-                   help="keep each row's first K values, before --normalize and --dtype (encode's truncate_dim=)")  # fmt: skip
-    p.add_argument(
-        "--threads",
-        type=at_least(1),
-        help="worker processes, one core each, no more than the jobs of --chunk-lines lines (default: the idle cores)",
-    )
-    p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--shard", type=int, help="embed only slice I (0-based) of --num-shards contiguous slices")
-    p.add_argument("--num-shards", type=int, help="number of slices the lines are cut into (with --shard)")
-    p.add_argument("--concat", nargs="+", metavar=("OUT", "SHARD"), help="join shard .npy files, in order, into OUT")
-    ray_engine.add_args(p, "text, one sentence per line (plain or .gz), or Parquet with --text-column")
-    p.add_argument("--text-column", default="text", help="with --engine ray: the text column of Parquet inputs")
-    args = p.parse_args(argv)
-    if args.engine == "ray":
-        local = ["sentence_file", "output_file", "concat", "shard", "num_shards", "sp_model", "device"]
-        ray_engine.refuse_local_options(p, args, *local, "chunk_lines")
-        if not (args.input and args.output_dir):
-            p.error("--engine ray needs --input PATTERN... and --output-dir")
-        return args
-    if args.input or args.output_dir or args.resume:
-        p.error(
-            "--input, --output-dir and --resume are options of --engine ray (add --engine ray, or use "
-            "--sentence-file and --output-file)"
-        )
-    if args.concat:
-        local = ["sentence_file", "output_file", "shard", "num_shards", "load_file", "sp_model", "device", "dtype",
-                 "normalize", "truncate_dim"]  # fmt: skip
-        refuse_unused(p, args, "--concat", "it joins the shards' rows as they are, and embeds nothing", *local)
-        if len(args.concat) < 2:
-            p.error("--concat takes OUT and then the shard files in order")
-    elif not (args.sentence_file and args.output_file):
-        p.error("--sentence-file and --output-file are required (or --concat OUT SHARD...)")
-    elif args.sentence_file == "-" and args.shard is not None:
-        p.error("--shard needs a file, not standard input: its lines are counted to cut the slices")
-    if (args.shard is None) != (args.num_shards is None):
-        p.error("--shard and --num-shards go together")
-    if args.num_shards is not None and not 0 <= args.shard < args.num_shards:
-        p.error(f"--shard must be in 0..{args.num_shards - 1} (0-based) and --num-shards at least 1")
-    return args
 
 
 def shard_bounds(lines: int, shard: int, num_shards: int) -> tuple[int, int]:
@@ -386,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine == "ray":
         shape = {"normalize": args.normalize} if args.normalize else {}  # a run's options as before, unless asked
         shape |= {"truncate_dim": args.truncate_dim} if args.truncate_dim else {}
+        from paraphrastic import ray_engine  # here: a local run needs none of it (0.02 s of imports)
+
         return ray_engine.main_files(args, "embed", text_column=args.text_column, dtype=args.dtype, **shape)
     if args.concat:
         out, *paths = args.concat

@@ -1,4 +1,4 @@
-"""Evaluate a model on STS 2012-2016, STS 2017, STS Benchmark, SICK-R and Tatoeba, as in the paper, and on
+"""The work of paraphrastic-evaluate (its options: options.evaluate_args): a model evaluated on STS 2012-2016, STS 2017, STS Benchmark, SICK-R and Tatoeba, as in the paper, and on
 PUD and FLORES retrieval.
 
     paraphrastic-evaluate --load-file model.pt --tasks sts,sts17,stsb,sick,tatoeba,pud,flores [--compare]
@@ -34,12 +34,12 @@ from pathlib import Path
 import numpy as np
 
 from paraphrastic import knn, static, workers
-from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
-from paraphrastic.fileio import InputError, atomic_output, default_data_dir, read_lines, refuse_same_file
+from paraphrastic.cli import run_cli
+from paraphrastic.fileio import InputError, atomic_output, read_lines, refuse_same_file
+from paraphrastic.options import DEFAULT_LANGS
+from paraphrastic.options import evaluate_args as parse_args
 
 ROOT = Path(__file__).resolve().parent
-DEFAULT_DATA = default_data_dir()
-TASKS = ("sts", "sts17", "stsb", "sick", "tatoeba", "pud", "flores")
 RETRIEVAL = ("tatoeba", "pud", "flores")
 FETCH = (
     "fetch the sets into it with `python -m paraphrastic.preprocess.evaluation.download`, or pass --data-dir, "
@@ -66,7 +66,6 @@ STS17_TRACKS = {
 }
 STSB_SPLITS = {"dev": "dev", "test": "test"}
 SICK_SPLITS = {"trial": "trial", "test": "test_annotated"}
-DEFAULT_LANGS = ["ara", "deu", "spa", "fra", "rus", "tur", "cmn"]
 PUD_CODES = {"cmn": "zho"}  # PUD's Chinese (traditional characters) is named zho
 FLORES_CODES = {  # Tatoeba's language codes -> FLORES-200 file names (Chinese: simplified)
     **{c: f"{c}_Latn" for c in ("deu", "spa", "fra", "tur")},
@@ -527,48 +526,6 @@ def evaluate(
         raise InputError(f"{root}: none of the sets of {','.join(tasks)} is here (expected e.g. sts/en/stsb/dev.tsv; "
                          f"{FETCH})")  # fmt: skip
     return results
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options; bad --tasks or --batch-size exit through argparse."""
-    p = cli_parser(__doc__, "paraphrastic-evaluate --tasks sts,stsb --data-dir ../shared/data")
-    p.add_argument(
-        "--load-file",
-        nargs="+",
-        default=[None],
-        metavar="MODEL",
-        help="model file, or a shipped model's name: default (English; the default) or multilingual; two or more "
-        "are evaluated in turn, then set side by side",
-    )
-    p.add_argument("--sp-model", help="sentencepiece model of an original-release model file")
-    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
-    p.add_argument(
-        "--batch-size",
-        type=at_least(1),
-        default=8192,
-        help="sentences per embedding batch (a mean model's: 1,024 at least)",
-    )
-    p.add_argument("--threads", type=at_least(1), help="worker processes, one core each (default: the idle cores)")
-    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
-    p.add_argument("--langs", help=f"Tatoeba languages, comma-separated, or 'all' (default {','.join(DEFAULT_LANGS)})")
-    p.add_argument(
-        "--data-dir",
-        type=Path,
-        default=DEFAULT_DATA,
-        help="evaluation data: $PARAPHRASTIC_DATA, ../shared/data beside a checkout, else the download's folder "
-        "(default %(default)s)",
-    )
-    p.add_argument("--json", type=Path, help="also write every figure to this JSON file")
-    p.add_argument("--compare", action="store_true", help="print the paper's published SP figures beside ours")
-    p.add_argument("--require-all", action="store_true", help="a missing set is an error instead of a skip")
-    args = p.parse_args(argv)
-    args.tasks = [t for t in args.tasks.split(",") if t]
-    unknown = sorted(set(args.tasks) - set(TASKS))
-    if unknown or not args.tasks:
-        p.error(f"--tasks: unknown {','.join(unknown) or '(empty)'}; choose from {','.join(TASKS)}")
-    if "tatoeba" not in args.tasks:
-        refuse_unused(p, args, f"--tasks {','.join(args.tasks)}", "it picks Tatoeba's languages", "langs")
-    return args
 
 
 def chosen_langs(root: Path, langs: str | None) -> list[str]:

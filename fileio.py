@@ -44,17 +44,6 @@ def install_hint(extra: str) -> str:
     return f'pip install "paraphrastic[{extra}]" (in a checkout: pip install -e ".[{extra}]")'
 
 
-def default_data_dir() -> Path:
-    """Where the evaluation data is looked for: $PARAPHRASTIC_DATA, else ../shared/data beside a checkout, else
-    ~/.cache/paraphrastic/data, the folder `python -m paraphrastic.preprocess.evaluation.download` fills."""
-    if os.environ.get("PARAPHRASTIC_DATA"):
-        return Path(os.environ["PARAPHRASTIC_DATA"])
-    beside = Path(__file__).resolve().parent.parent / "shared" / "data"
-    if beside.is_dir():
-        return beside
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paraphrastic" / "data"
-
-
 class Error(Exception):
     """An error the user can act on: its message names the file (and line) and says what to do, and
     run_cli prints it as one line and exits with `exit_code`, never a traceback."""

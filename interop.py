@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from paraphrastic import load_encoder
-from paraphrastic.cli import cli_parser, run_cli
+from paraphrastic.cli import run_cli
 from paraphrastic.fileio import ModelError, atomic_output, install_hint, make_folder
+from paraphrastic.options import export_args
 from paraphrastic.pieces import Tokenizer
 from paraphrastic.static import CHECKED, SP_FILE, SPEncoder
 
@@ -173,14 +174,7 @@ def exported(name: str) -> bool:
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     """Write a model as a sentence-transformers / model2vec folder."""
-    parser = cli_parser(__doc__, "paraphrastic-export --output-dir my-model  # then SentenceTransformer('my-model')")
-    parser.add_argument(
-        "--load-file", type=Path, help="model to export: a file, or a shipped model's name (default: the English one)"
-    )
-    parser.add_argument("--output-dir", type=Path, required=True, help="folder to write (created if missing)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output-dir")
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv[1:] if argv[:1] == ["export"] else argv)  # `export` was once a subcommand
+    args = export_args(argv)
     folder = export_folder(load_encoder(args.load_file), args.output_dir, args.overwrite)  # read without torch
     print(f"wrote {folder}: load it with SentenceTransformer({str(folder)!r}) or StaticModel.from_pretrained")
     return 0

@@ -1,24 +1,5 @@
-"""Mine translation pairs from two text files, or paraphrase pairs from one, by margin-scored kNN search.
-
-    paraphrastic-mine --source de.txt --target en.txt --load-file model.pt --output-file mined.tsv
-    paraphrastic-mine --paraphrase en.txt --output-file paraphrases.tsv
-
-Each file is embedded into a float16 (or float32) memory map in chunks; each side is indexed with faiss
-(exact inner product below --ivf-min sentences, an IVF index from there; without faiss, small inputs are
-searched exactly with torch) and searched in chunks for every sentence's k nearest neighbours on the other
-side. Memory: the vectors stay on disk; one index (4 x dim bytes per sentence) and k neighbours per sentence
-are held at a time. A candidate pair is scored with the ratio margin of
-Artetxe and Schwenk (2019), the cosine divided by the mean cosine of both sentences' neighbourhoods,
-    score(x, y) = cos(x, y) / (sum_{z in NN_k(x)} cos(x, z) / 2k + sum_{z in NN_k(y)} cos(y, z) / 2k),
-or by the plain cosine (--criterion cosine). Retrieval (--retrieval): max-score (default, the paper's):
-the best-scoring candidate of every source and of every target are pooled and taken in decreasing score,
-each sentence used at most once; forward: every source's best target; intersect: pairs that are each
-other's best. Blank lines are never mined. With --paraphrase, one file is mined against itself: each
-sentence's best neighbour other than itself (forward retrieval by default), exact duplicate lines
-counted once, every unordered pair written once. Pairs scoring at least --threshold are written as
-score<TAB>source<TAB>target, best first, atomically (tabs inside a sentence become spaces). The default
-thresholds are conventional starting points, not tuned for any model: choose one on held-out pairs
-(scripts/mine_tatoeba.sh shows how), or write every retrieved pair with --threshold=-inf.
+"""The work of paraphrastic-mine: translation pairs from two text files, or paraphrase pairs from one, by
+margin-scored kNN search. What it does and takes, as --help says it: options.MINE and options.mine_args.
 """
 
 from __future__ import annotations
@@ -35,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from paraphrastic import knn, language, load_encoder, ray_engine
-from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused, run_cli
+from paraphrastic.cli import run_cli
 from paraphrastic.embed_sentences import embed_file
 from paraphrastic.fileio import (
     InputError,
@@ -46,11 +27,10 @@ from paraphrastic.fileio import (
     scratch_folder,
 )
 from paraphrastic.language import foreign_warning
+from paraphrastic.options import mine_args as parse_args
 from paraphrastic.precision import check_truncate_dim
 from paraphrastic.static import english_only, model_path
 from paraphrastic.workers import use_threads
-
-DEFAULT_THRESHOLD = {"margin": 1.06, "cosine": 0.7}
 
 
 @dataclass
@@ -60,95 +40,6 @@ class Side:
     path: Path
     vectors: np.ndarray
     rows: np.ndarray  # line numbers taking part: non-blank lines (first copies only in paraphrase mode)
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = cli_parser(
-        __doc__, "paraphrastic-mine --source de.txt --target en.txt --load-file multilingual --output-file mined.tsv"
-    )
-    p.epilog = __doc__.split("\n\n", 1)[1] + "\n" + p.epilog
-    p.add_argument("--source", help="text file, one sentence per line (bitext mode, with --target)")
-    p.add_argument("--target", help="text file, one sentence per line (bitext mode, with --source)")
-    p.add_argument("--paraphrase", metavar="FILE", help="mine paraphrase pairs within this one file")
-    p.add_argument("--output-file", required=True, help="score<TAB>source<TAB>target lines, best first")
-    p.add_argument(
-        "--line-numbers",
-        action="store_true",
-        help="write score<TAB>source line<TAB>target line<TAB>source<TAB>target (1-based line numbers, so that rows "
-        "can be dropped by number and repeated lines told apart)",
-    )
-    p.add_argument(
-        "--vectors",
-        nargs="+",
-        metavar="FILE.npy",
-        help="the files' vectors as paraphrastic-embed wrote them (one row per line; --paraphrase: one file, "
-        "bitext: source's then target's): read instead of embedding again",
-    )
-    p.add_argument(
-        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
-    )
-    p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
-    p.add_argument("--criterion", choices=["margin", "cosine"], default="margin", help="how candidates are scored")
-    p.add_argument(
-        "--threshold",
-        type=float,
-        help=f"keep pairs scoring at least this (default: {DEFAULT_THRESHOLD['margin']} margin, "
-        f"{DEFAULT_THRESHOLD['cosine']} cosine; -inf keeps every retrieved pair)",
-    )
-    p.add_argument(
-        "--retrieval",
-        choices=["max-score", "forward", "intersect"],
-        help="default: max-score; forward with --paraphrase",
-    )
-    p.add_argument("--k", type=int, default=4, help="neighbours per sentence for the margin (default 4)")
-    p.add_argument("--index", choices=["auto", "flat", "ivf"], default="auto", help="auto: ivf past --ivf-min")
-    p.add_argument("--ivf-min", type=int, default=100_000, help="indexed sentences from which auto uses IVF")
-    p.add_argument("--nlist", type=int, help="IVF lists (default: 4 x sqrt(sentences))")
-    p.add_argument("--nprobe", type=int, default=16, help="IVF lists visited per query")
-    p.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="vectors on disk")
-    p.add_argument("--truncate-dim", type=at_least(1), metavar="K",
-                   help="search each sentence's first K values: the index K/dim of the size and the search about "
-                   "that much faster, at a cost docs/usage.md measures (default: all)")  # fmt: skip
-    p.add_argument("--work-dir", help="where the vector files go (default: a temporary folder beside the output)")
-    p.add_argument(
-        "--batch-size",
-        type=at_least(1),
-        default=8192,
-        help="sentences per tokenize+pool step (a mean model's: 1,024 at least)",
-    )
-    p.add_argument(
-        "--chunk-lines", type=at_least(1), default=65536, help="lines read, or sentences searched, at a time"
-    )
-    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto (embedding only)")
-    p.add_argument(
-        "--threads",
-        type=at_least(1),
-        help="worker processes for embedding, threads for search (default: the idle cores)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the IVF training sample")
-    p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--engine", choices=["local", "ray"], default="local",
-                   help="ray: embed on a Ray cluster and search in parallel tasks (pip install \"paraphrastic[ray,mine]\")")  # fmt: skip
-    p.add_argument("--address", help="with --engine ray: a running cluster (default: a local Ray on this machine)")
-    args = p.parse_args(argv)
-    if bool(args.paraphrase) == bool(args.source or args.target) or bool(args.source) != bool(args.target):
-        p.error("give either --source and --target (bitext) or --paraphrase FILE")
-    if args.k < 1 or args.nprobe < 1 or (args.nlist is not None and args.nlist < 1):
-        p.error("--k, --nprobe and --nlist must be at least 1")
-    if args.index == "flat":
-        refuse_unused(
-            p, args, "--index flat", "an exact search has no lists to train or visit", "nlist", "nprobe", "seed"
-        )
-    if args.engine == "ray":
-        ray_engine.refuse_local_options(p, args, "sp_model", "device", "vectors")
-    if args.vectors and len(args.vectors) != (1 if args.paraphrase else 2):
-        p.error(f"--vectors takes one file per text file: {1 if args.paraphrase else 2} here")
-    args.retrieval = args.retrieval or ("forward" if args.paraphrase else "max-score")
-    args.threshold = DEFAULT_THRESHOLD[args.criterion] if args.threshold is None else args.threshold
-    if math.isnan(args.threshold):  # no score is at least nan: the run would write nothing and say it succeeded
-        p.error("--threshold nan keeps no pair: give a number, or -inf to keep every retrieved pair")
-    return args
 
 
 # ----------------------------------------------------------------------------- lines and vectors

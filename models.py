@@ -48,8 +48,8 @@ from paraphrastic.encoders import (
     recurrent_pool,
 )
 from paraphrastic.fileio import NOT_REGULAR, ModelError, atomic_output, first_sentence, install_hint
+from paraphrastic.options import STORED_PRECISIONS
 from paraphrastic.pieces import Tokenizer, fill_empty, offsets_of
-from paraphrastic.precision import STORED_PRECISIONS
 from paraphrastic.static import CHECKED, SP_FILE, Encoding, existing_model, sp_rows
 
 TRAIN_STATE = "paraphrastic-train-state"  # the format of train.py's resume.pt

@@ -10,7 +10,6 @@ import numpy as np
 
 from paraphrastic.fileio import InputError
 
-STORED_PRECISIONS = ("float32", "float16", "int8")  # how a model file may store its table
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")  # encode's `precision`, by sentence-transformers' names
 BLOCK_ROWS = 65_536  # rows quantized at a time: the temporaries stay a few MB whatever the output
 

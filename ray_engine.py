@@ -12,7 +12,6 @@ Without an --address, a local Ray starts on this machine's cores and is shut dow
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import functools
@@ -36,7 +35,7 @@ import numpy as np
 
 from paraphrastic import commit, load_encoder
 from paraphrastic.blocks import line_offsets
-from paraphrastic.cli import Terminated, refuse_unused
+from paraphrastic.cli import Terminated
 from paraphrastic.fileio import (
     JOB_BYTES,
     SHOWN,
@@ -66,23 +65,6 @@ CONNECT_TIMEOUT_S = 10.0  # how long --address may take to answer
 PROBE_TIMEOUT_S = 5.0  # how long it may take to answer as Ray does
 _joined = True  # whether the Ray in use is one this process joined (or was given), not one it started
 _watcher: tuple[int, int] | None = None  # (process id, pipe) of the watcher of the local Ray this process started
-
-
-def add_args(p: argparse.ArgumentParser, what: str) -> None:
-    """--engine and the options of the Ray engine, shared by embed and score."""
-    p.add_argument("--engine", choices=["local", "ray"], default="local",
-                   help="local: worker processes on this machine; ray: a Ray cluster (pip install \"paraphrastic[ray]\")")  # fmt: skip
-    p.add_argument("--input", nargs="+", metavar="PATTERN", help=f"with --engine ray: files or globs of {what}")
-    p.add_argument("--output-dir", help="with --engine ray: a new or empty folder for the Parquet parts and manifest")
-    p.add_argument("--address", help="with --engine ray: a running cluster (default: a local Ray on this machine)")
-    p.add_argument("--resume", action="store_true",
-                   help="with --engine ray: finish the stopped run in --output-dir (same inputs, model, options)")  # fmt: skip
-
-
-def refuse_local_options(p: argparse.ArgumentParser, args: argparse.Namespace, *dests: str) -> None:
-    """With --engine ray: one usage error naming each option of `dests` given, which the engine would not follow."""
-    why = "its actors read our model files, on their CPUs, and write Parquet parts to --output-dir"
-    refuse_unused(p, args, "--engine ray", why, *dests)
 
 
 def ray_module(local: bool = False):

@@ -1,4 +1,5 @@
-"""Score sentence pairs (`sentence1<TAB>sentence2` per line) by the cosine of their embeddings.
+"""The work of paraphrastic-score (its options and help: options.score_args): sentence pairs scored by the cosine
+of their embeddings.
 
 Output line i is `sentence1<TAB>sentence2<TAB>score` of input line i. A line without exactly one tab is
 an error naming its line number, unless --skip-bad-lines, which gives it the score `nan` (its text, tabs
@@ -13,9 +14,9 @@ import contextlib
 import gc
 import sys
 
-from paraphrastic import language, load_encoder, ray_engine
+from paraphrastic import language, load_encoder
 from paraphrastic.blocks import block_bytes, estimate_lines, worker_blocks
-from paraphrastic.cli import at_least, cli_parser, device_name, run_cli
+from paraphrastic.cli import run_cli
 from paraphrastic.fileio import (
     SHOWN,
     atomic_output,
@@ -28,55 +29,9 @@ from paraphrastic.fileio import (
     refuse_same_file,
     remove_stale_temps,
 )
+from paraphrastic.options import score_args as parse_args
 from paraphrastic.static import model_path, pair_cosines, sides, text_notes, use_torch_for
 from paraphrastic.workers import Workers, threads, use_threads, workers_for
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = cli_parser(
-        __doc__, "paraphrastic-score --sentence-pair-file data/example-sentences-pairs.txt --output-file scores.tsv"
-    )
-    p.add_argument("--sentence-pair-file", help="UTF-8 text, sentence1<TAB>sentence2 per line; - reads standard input")
-    p.add_argument(
-        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
-    )
-    p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
-    p.add_argument("--output-file", help="output file (default: stdout)")
-    p.add_argument(
-        "--skip-bad-lines",
-        action="store_true",
-        help="score lines without exactly one tab nan and list them, instead of stopping",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=at_least(1),
-        default=8192,
-        help="pairs per tokenize+pool step (a mean model's: 1,024 at least)",
-    )
-    p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
-    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
-    p.add_argument(
-        "--threads",
-        type=at_least(1),
-        help="worker processes, one core each, no more than the jobs of --chunk-lines lines (default: the idle cores)",
-    )
-    p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    ray_engine.add_args(p, "sentence1<TAB>sentence2 lines (plain or .gz)")
-    args = p.parse_args(argv)
-    if args.engine == "ray":
-        local = ["sentence_pair_file", "output_file", "sp_model", "device", "chunk_lines"]
-        ray_engine.refuse_local_options(p, args, *local)
-        if not (args.input and args.output_dir):
-            p.error("--engine ray needs --input PATTERN... and --output-dir")
-    elif args.input or args.output_dir or args.resume:
-        p.error(
-            "--input, --output-dir and --resume are options of --engine ray (add --engine ray, or use "
-            "--sentence-pair-file)"
-        )
-    elif not args.sentence_pair_file:
-        p.error("--sentence-pair-file is required (or --engine ray with --input)")
-    return args
 
 
 def score_file(model, args: argparse.Namespace, out) -> tuple[int, list[int], int, dict]:
@@ -122,6 +77,8 @@ def score_job(model, job: tuple) -> tuple[str, int, list[int], int, dict]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.engine == "ray":
+        from paraphrastic import ray_engine  # here: a local run needs none of it (0.02 s of imports)
+
         return ray_engine.main_files(args, "score", score=True, skip_bad=args.skip_bad_lines)
     use_threads(args.threads)
     source = input_path(args.sentence_pair_file)

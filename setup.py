@@ -55,13 +55,13 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "paraphrastic-embed = paraphrastic.embed_sentences:main",
-            "paraphrastic-score = paraphrastic.score_sentence_pairs:main",
+            "paraphrastic-embed = paraphrastic.commands:embed",
+            "paraphrastic-score = paraphrastic.commands:score",
             "paraphrastic-train = paraphrastic.commands:train",
-            "paraphrastic-evaluate = paraphrastic.evaluate:main",
-            "paraphrastic-export = paraphrastic.interop:main",
-            "paraphrastic-mine = paraphrastic.mine_bitext:main",
-            "paraphrastic-demo = paraphrastic.demo:main",
+            "paraphrastic-evaluate = paraphrastic.commands:evaluate",
+            "paraphrastic-export = paraphrastic.commands:export",
+            "paraphrastic-mine = paraphrastic.commands:mine",
+            "paraphrastic-demo = paraphrastic.commands:demo",
         ]
     },
 )

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused
-from paraphrastic.precision import STORED_PRECISIONS
+from paraphrastic.options import STORED_PRECISIONS
 
 if TYPE_CHECKING:  # torch is imported once there is a run to train, never for --help (0.1 s against 1 s)
     from paraphrastic.distributed import Ranks

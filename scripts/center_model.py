@@ -19,7 +19,7 @@ import numpy as np
 from paraphrastic.evaluate import score_sts_file
 from paraphrastic.fileio import read_lines
 from paraphrastic.models import from_checkpoint, load_model
-from paraphrastic.precision import STORED_PRECISIONS
+from paraphrastic.options import STORED_PRECISIONS
 from paraphrastic.teacher import average_rows, center_rows
 
 

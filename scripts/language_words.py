@@ -16,8 +16,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from paraphrastic.fileio import default_data_dir
 from paraphrastic.language import HELD_APART, LANGUAGES, WORDS, words
+from paraphrastic.options import default_data_dir
 
 SOURCES = {
     "en": ["en_text/enwiki_early_articles.txt.gz", "en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz"],

@@ -47,7 +47,7 @@ step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its f
 }
 
 if [ ! -f "$out/distill.txt" ]; then
-  step sentences bash -c "{ python scripts/english_sentences.py '$data'; zcat '$data'/train/en_text/enwiki_early_articles.txt.gz '$data'/train/en_text/enwiki_2018_articles.txt.gz; } > '$out/distill.tmp' && mv '$out/distill.tmp' '$out/distill.txt'"
+  step sentences bash -c "{ python scripts/english_sentences.py '$data' && zcat '$data'/train/en_text/enwiki_early_articles.txt.gz '$data'/train/en_text/enwiki_2018_articles.txt.gz; } > '$out/distill.tmp' && mv '$out/distill.tmp' '$out/distill.txt'"
 fi
 cat "$data"/sts/en/2012-train/*.tsv > "$out/sts12-train.tsv"
 dev=("$data/sts/2017/en-en.tsv" "$data/sts/en/stsb/dev.tsv" "$out/sts12-train.tsv")

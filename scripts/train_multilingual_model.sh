@@ -46,7 +46,7 @@ step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its f
 [ -f "$out/en.txt" ] || step text python scripts/multilingual_text.py "$data" "$out" $([ "$wmt" = 0 ] || echo --wmt) \
   $([ "$challenge" = 0 ] || echo --challenge)
 if [ ! -f "$out/distill.txt" ]; then  # monolingual, then both sides of each bitext pair, then English
-  step distill-text bash -c "{ cat '$out'/mono.*.txt; cut -f2 '$out/bitext.tsv'; cut -f1 '$out/bitext.tsv'; cat '$out/en.txt'; } > '$out/distill.tmp' && mv '$out/distill.tmp' '$out/distill.txt'"
+  step distill-text bash -c "{ cat '$out'/mono.*.txt && cut -f2 '$out/bitext.tsv' && cut -f1 '$out/bitext.tsv' && cat '$out/en.txt'; } > '$out/distill.tmp' && mv '$out/distill.tmp' '$out/distill.txt'"
 fi
 cat "$data"/sts/en/2012-train/*.tsv > "$out/sts12-train.tsv"
 [ -f "$out/sp.model" ] || step sentencepiece python - "$out" "$vocab" <<'PY'

@@ -14,7 +14,7 @@ import torch
 from conftest import generated_sentences, need
 from scipy.stats import pearsonr, spearmanr
 
-from paraphrastic import evaluate, knn, models, pieces
+from paraphrastic import evaluate, knn, models, options, pieces
 from paraphrastic.fileio import InputError
 
 # ----------------------------------------------------------------------------- fixtures
@@ -387,7 +387,7 @@ def caption_model(tmp_path_factory):
 def test_small_model_completes_every_set(caption_model, shared_data):
     langs = evaluate.tatoeba_langs(shared_data)
     assert len(langs) == 112
-    r = evaluate.evaluate(caption_model, shared_data, list(evaluate.TASKS), langs)
+    r = evaluate.evaluate(caption_model, shared_data, list(options.TASKS), langs)
     assert {y: v["n"] for y, v in r["sts"]["years"].items()} == {
         "2012": 3108,
         "2013": 1500,

@@ -42,8 +42,8 @@ from paraphrastic import (
     train,
     train_config,
 )
+from paraphrastic.options import STORED_PRECISIONS
 from paraphrastic.pairs import tokenize_pairs
-from paraphrastic.precision import STORED_PRECISIONS
 
 PROPERTY = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

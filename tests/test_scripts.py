@@ -277,14 +277,14 @@ def test_an_output_in_a_folder_not_yet_made_is_written(tiny_model_file, tmp_path
 
 
 def test_evaluation_data_is_looked_for_where_the_download_puts_it(tmp_path, monkeypatch):
-    from paraphrastic import fileio
+    from paraphrastic import options
 
     monkeypatch.setenv("PARAPHRASTIC_DATA", str(tmp_path / "mine"))
-    assert fileio.default_data_dir() == tmp_path / "mine"
+    assert options.default_data_dir() == tmp_path / "mine"
     monkeypatch.delenv("PARAPHRASTIC_DATA")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(fileio, "__file__", str(tmp_path / "site-packages" / "paraphrastic" / "fileio.py"))
-    assert fileio.default_data_dir() == tmp_path / "cache" / "paraphrastic" / "data"  # an installed copy
+    monkeypatch.setattr(options, "__file__", str(tmp_path / "site-packages" / "paraphrastic" / "options.py"))
+    assert options.default_data_dir() == tmp_path / "cache" / "paraphrastic" / "data"  # an installed copy
     done = run_script("evaluate.py", "--help")
     assert "PARAPHRASTIC_DATA" in done.stdout
 
@@ -341,8 +341,9 @@ def test_the_recipes_and_docs_pass_only_options_their_commands_have(capsys):
     """Every --option that the shell scripts, and the README's and docs' commands (code blocks and spans), give a
     console command is one that command's --help names: an option renamed in a command and not in a recipe fails
     here, not an hour into a training run."""
-    modules = dict(re.findall(r'"(paraphrastic-\w+) = ([\w.]+):\w+"', (ROOT / "setup.py").read_text()))
-    modules["paraphrastic-train"] = modules["train.py"] = "paraphrastic.train"  # its entry point: commands.train
+    entry = re.findall(r'"(paraphrastic-\w+) = ([\w.]+):(\w+)"', (ROOT / "setup.py").read_text())
+    modules = {name: (module, function) for name, module, function in entry}
+    modules["train.py"] = ("paraphrastic.train", "main")
     texts = [p.read_text() for p in [*(ROOT / "scripts").glob("*.sh"), *(ROOT / "preprocess").rglob("*.sh")]]
     for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
         texts += re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S) + re.findall(r"`([^`\n]+)`", doc.read_text())
@@ -355,7 +356,8 @@ def test_the_recipes_and_docs_pass_only_options_their_commands_have(capsys):
     unknown = []
     for name, options in sorted(given.items()):
         with pytest.raises(SystemExit):
-            importlib.import_module(modules[name]).main(["--help"])
+            module, function = modules[name]
+            getattr(importlib.import_module(module), function)(["--help"])
         known = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", capsys.readouterr().out))
         unknown += [f"{name} {option}" for option in sorted(options - known)]
     assert unknown == []

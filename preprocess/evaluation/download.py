@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from paraphrastic.cli import run_cli
-from paraphrastic.fileio import InputError, atomic_output, default_data_dir
+from paraphrastic.fileio import InputError, atomic_output
+from paraphrastic.options import default_data_dir
 from paraphrastic.preprocess.download import fetch
 
 STS_WIKI = "http://ixa2.si.ehu.es/stswiki/images"
