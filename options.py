@@ -84,6 +84,31 @@ def refuse_local_options(p: argparse.ArgumentParser, args: argparse.Namespace, *
     refuse_unused(p, args, "--engine ray", why, *dests)
 
 
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """--load-file and --sp-model, as embed, score and mine take them."""
+    p.add_argument(
+        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
+    )
+    p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
+
+
+def add_work_args(p: argparse.ArgumentParser, unit: str) -> None:
+    """How embed and score cut their work (`unit`: what a batch holds) and where they run it."""
+    text = f"{unit} per tokenize+pool step (a mean model's: 1,024 at least)"
+    p.add_argument("--batch-size", type=at_least(1), default=8192, help=text)
+    p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
+
+
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    """embed's and score's --threads."""
+    p.add_argument(
+        "--threads",
+        type=at_least(1),
+        help="worker processes, one core each, no more than the jobs of --chunk-lines lines (default: the idle cores)",
+    )
+
+
 def embed_args(argv: list[str] | None) -> argparse.Namespace:
     p = cli_parser(
         EMBED,
@@ -92,19 +117,9 @@ def embed_args(argv: list[str] | None) -> argparse.Namespace:
         "  paraphrastic-embed --concat all.npy part-0.npy ... part-(N-1).npy",
     )
     p.add_argument("--sentence-file", help="UTF-8 text, one sentence per line; - reads standard input")
-    p.add_argument(
-        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
-    )
-    p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
+    add_model_args(p)
     p.add_argument("--output-file", help="output .npy, shape (lines, dim)")
-    p.add_argument(
-        "--batch-size",
-        type=at_least(1),
-        default=8192,
-        help="sentences per tokenize+pool step (a mean model's: 1,024 at least)",
-    )
-    p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
-    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
+    add_work_args(p, "sentences")
     p.add_argument(
         "--dtype",
         choices=DTYPES,
@@ -115,11 +130,7 @@ def embed_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--normalize", action="store_true", help="rows of unit length (encode's normalize_embeddings=)")
     p.add_argument("--truncate-dim", type=at_least(1), metavar="K",
                    help="keep each row's first K values, before --normalize and --dtype (encode's truncate_dim=)")  # fmt: skip
-    p.add_argument(
-        "--threads",
-        type=at_least(1),
-        help="worker processes, one core each, no more than the jobs of --chunk-lines lines (default: the idle cores)",
-    )
+    add_threads_arg(p)
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--shard", type=int, help="embed only slice I (0-based) of --num-shards contiguous slices")
@@ -161,29 +172,15 @@ def score_args(argv: list[str] | None) -> argparse.Namespace:
         SCORE, "paraphrastic-score --sentence-pair-file data/example-sentences-pairs.txt --output-file scores.tsv"
     )
     p.add_argument("--sentence-pair-file", help="UTF-8 text, sentence1<TAB>sentence2 per line; - reads standard input")
-    p.add_argument(
-        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
-    )
-    p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
+    add_model_args(p)
     p.add_argument("--output-file", help="output file (default: stdout)")
     p.add_argument(
         "--skip-bad-lines",
         action="store_true",
         help="score lines without exactly one tab nan and list them, instead of stopping",
     )
-    p.add_argument(
-        "--batch-size",
-        type=at_least(1),
-        default=8192,
-        help="pairs per tokenize+pool step (a mean model's: 1,024 at least)",
-    )
-    p.add_argument("--chunk-lines", type=at_least(1), default=16384, help="lines in one worker's job")
-    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N or auto")
-    p.add_argument(
-        "--threads",
-        type=at_least(1),
-        help="worker processes, one core each, no more than the jobs of --chunk-lines lines (default: the idle cores)",
-    )
+    add_work_args(p, "pairs")
+    add_threads_arg(p)
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_ray_args(p, "sentence1<TAB>sentence2 lines (plain or .gz)")
@@ -225,10 +222,7 @@ def mine_args(argv: list[str] | None) -> argparse.Namespace:
         help="the files' vectors as paraphrastic-embed wrote them (one row per line; --paraphrase: one file, "
         "bitext: source's then target's): read instead of embedding again",
     )
-    p.add_argument(
-        "--load-file", help="model file, or a shipped model's name: default (English; the default) or multilingual"
-    )
-    p.add_argument("--sp-model", help="sentencepiece model, only for original-toolkit model files")
+    add_model_args(p)
     p.add_argument("--criterion", choices=["margin", "cosine"], default="margin", help="how candidates are scored")
     p.add_argument(
         "--threshold",
