@@ -1,4 +1,5 @@
-"""The work of paraphrastic-demo (its options: options.demo_args): a local demo web page: how similar two sentences are, search in a corpus, and translation matching.
+"""The work of paraphrastic-demo (its options: options.demo_args): a local demo web page: how similar two
+sentences are, search in a corpus, and translation matching.
 
     paraphrastic-demo --corpus sentences.txt       # then open http://127.0.0.1:7860
 

@@ -1,5 +1,5 @@
-"""The work of paraphrastic-evaluate (its options: options.evaluate_args): a model evaluated on STS 2012-2016, STS 2017, STS Benchmark, SICK-R and Tatoeba, as in the paper, and on
-PUD and FLORES retrieval.
+"""The work of paraphrastic-evaluate (its options: options.evaluate_args): a model evaluated on STS 2012-2016,
+STS 2017, STS Benchmark, SICK-R and Tatoeba, as in the paper, and on PUD and FLORES retrieval.
 
     paraphrastic-evaluate --load-file model.pt --tasks sts,sts17,stsb,sick,tatoeba,pud,flores [--compare]
 

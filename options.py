@@ -12,13 +12,12 @@ from pathlib import Path
 
 from paraphrastic.cli import at_least, cli_parser, device_name, refuse_unused
 
-HERE = Path(__file__).resolve().parent
 STORED_PRECISIONS = ("float32", "float16", "int8")  # how a model file may store its table
 DTYPES = ("float32", "float16", "binary", "ubinary")  # embed's rows; binary, ubinary: each row's signs, 8 a byte
 DEFAULT_THRESHOLD = {"margin": 1.06, "cosine": 0.7}  # mine's, by criterion
 TASKS = ("sts", "sts17", "stsb", "sick", "tatoeba", "pud", "flores")  # evaluate's
 DEFAULT_LANGS = ["ara", "deu", "spa", "fra", "rus", "tur", "cmn"]  # evaluate's Tatoeba languages
-EXAMPLE_CORPUS = HERE / "data" / "example-sentences.txt"  # the demo's search corpus
+EXAMPLE_CORPUS = Path(__file__).resolve().parent / "data" / "example-sentences.txt"  # the demo's search corpus
 MAX_CORPUS_LINES = 2_000_000  # the demo's largest corpus
 
 EMBED = """Embed a file of sentences (one per line) into an .npy matrix, one row per line, in order."""
