@@ -30,12 +30,13 @@ def frequencies() -> tuple[dict[str, int], np.ndarray]:
     """Each listed word's row, and a table of log frequencies (words x languages); a language whose list lacks a
     word gives it half its rarest listed word's frequency."""
     lists = json.loads(WORDS.read_text(encoding="utf-8"))["words"]
-    vocabulary = sorted(set().union(*(lists[lang] for lang in LANGUAGES)))
-    table = np.empty((len(vocabulary), len(LANGUAGES)))
-    for k, lang in enumerate(LANGUAGES):
-        floor = min(lists[lang].values()) / 2
-        table[:, k] = np.log([lists[lang].get(word, floor) for word in vocabulary])
-    return {word: i for i, word in enumerate(vocabulary)}, table
+    index = {word: i for i, word in enumerate(dict.fromkeys(w for lang in LANGUAGES for w in lists[lang]))}
+    table = np.empty((len(index), len(LANGUAGES)))
+    for k, lang in enumerate(LANGUAGES):  # each listed word looked up once: every command's start-up pays this
+        listed = lists[lang]
+        table[:, k] = min(listed.values()) / 2
+        table[[index[word] for word in listed], k] = list(listed.values())
+    return index, np.log(table)
 
 
 def guess(texts: Sequence[str]) -> list[str]:

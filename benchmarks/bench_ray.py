@@ -12,8 +12,9 @@ command's own process: the vectors never pass through it).
     python benchmarks/bench_ray.py --item
 
 Where one actor's work item goes, in this process, without Ray: an item of the repeated sample read, embedded,
-and written as Parquet parts (ray_engine.Parts.work), each phase timed, beside the same rows saved as a .npy (what
-the local command's output costs instead), median of --repeats.
+and written as Parquet parts (ray_engine.Parts.work), each phase timed, the writing split into Parquet and the
+part's checksum, beside the same rows as opaque binary vectors and saved as a .npy (what the local command's output
+costs instead), median of --repeats.
 """
 
 from __future__ import annotations
@@ -65,15 +66,45 @@ def write_files(folder: Path, lines: int, files: int) -> Path:
     return folder / "all.txt"
 
 
+def other_writes(table, folder: Path) -> dict[str, float]:
+    """Seconds of what a part's writing is made of, on one part's table: Parquet without the checksum, its sha256
+    alone, and Parquet with the vectors as opaque fixed-size binary values (the same bytes, without the list's
+    levels, which DuckDB and polars would then read as blobs, not floats)."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    options = {"compression": "none", "use_dictionary": ["file"], "write_statistics": ["file", "line"]}
+    vectors = table.column("vector").combine_chunks()
+    width = vectors.type.list_size * vectors.type.value_type.bit_width // 8
+    blobs = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(vectors), [None, vectors.values.buffers()[1]])
+    took = {}
+    clock = time.perf_counter()
+    pq.write_table(table, pa.OSFile(str(folder / "plain.parquet"), "wb"), **options)
+    took["  of which Parquet alone"] = time.perf_counter() - clock
+    data = (folder / "plain.parquet").read_bytes()
+    clock = time.perf_counter()
+    hashlib.sha256(data).hexdigest()
+    took["  of which its sha256"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    pq.write_table(table.set_column(2, "vector", blobs), pa.OSFile(str(folder / "blob.parquet"), "wb"), **options)
+    took["Parquet, vectors as blobs"] = time.perf_counter() - clock
+    return took
+
+
 def time_item(repeats: int) -> None:
     """Print the median seconds of each step of one work item of LINES_PER_ITEM lines as an actor runs it
-    (ray_engine.Parts.work: read, embed, write each Parquet part), and of np.save of the same rows."""
+    (ray_engine.Parts.work: read, embed, write each Parquet part), what the writing is made of (other_writes), and
+    np.save of the same rows."""
     import numpy as np
 
     from paraphrastic import ray_engine
 
     sample = english_sentences()
-    spent: dict[str, list[float]] = {"read": [], "embed": [], "write Parquet": [], ".npy of the same rows": []}
+    spent: dict[str, list[float]] = {"read": [], "embed": [], "write Parquet": [], "  of which Parquet alone": [],
+                                     "  of which its sha256": [], "Parquet, vectors as blobs": [],
+                                     ".npy of the same rows": []}  # fmt: skip
     with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
         path = Path(tmp) / "item.txt"
         path.write_text("".join(sample[i % len(sample)] + "\n" for i in range(ray_engine.LINES_PER_ITEM)))
@@ -90,6 +121,8 @@ def time_item(repeats: int) -> None:
                 clock = time.perf_counter()
                 ray_engine.write_part(Path(tmp) / f"part-{n}.parquet", table)
                 took["write Parquet"] += time.perf_counter() - clock
+                for name, seconds in other_writes(table, Path(tmp)).items():
+                    took[name] += seconds
                 rows = table.column("vector").combine_chunks().values.to_numpy().reshape(len(lines), -1)
                 clock = time.perf_counter()
                 np.save(Path(tmp) / f"part-{n}.npy", rows)
@@ -100,7 +133,7 @@ def time_item(repeats: int) -> None:
     print(f"{machine_header()}\none work item of {ray_engine.LINES_PER_ITEM:,} lines as an actor runs it, in this "
           f"process, median of {repeats}:")  # fmt: skip
     for name, times in spent.items():
-        print(f"  {name:22s} {statistics.median(times):6.3f} s")
+        print(f"  {name:26s} {statistics.median(times):6.3f} s")
 
 
 def main() -> None:

@@ -114,6 +114,27 @@ def need(module: str):
     return pytest.importorskip(module)
 
 
+@pytest.fixture(scope="session")
+def ray_session():
+    """The xdist worker's local Ray, shut down when its tests end (local_ray starts it)."""
+    yield
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()
+
+
+@pytest.fixture
+def local_ray(ray_session) -> str:
+    """One local Ray with 2 CPUs for the ray group's tests (one xdist worker runs them all): the first test that
+    asks starts it (5 s), the rest share it, and a test that shut it down for a Ray of its own leaves it to start
+    again. Its address, for drivers in other processes."""
+    ray = need("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    address = ray.get_runtime_context().gcs_address
+    assert address.startswith("127.0.0.1:")  # loopback only (above)
+    return address
+
+
 @pytest.fixture
 def shared_data() -> Path:
     return shared_data_or_skip()

