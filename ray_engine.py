@@ -60,6 +60,8 @@ LINES_PER_ITEM = 262_144  # lines of a plain text file in one work item
 PART_LINES = 65_536  # rows of one Parquet part
 IN_FLIGHT = 2  # work items queued at each actor: one running, one ready
 STALL_S, STALL_TIMES = 20.0, 10  # an actor silent for max(STALL_S, STALL_TIMES x an item's median time) is lost
+# how write_part writes a part: vectors plain, dictionaries and statistics on the key columns alone
+PART_OPTIONS = {"compression": "none", "use_dictionary": ["file"], "write_statistics": ["file", "line"]}
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CONNECT_TIMEOUT_S = 10.0  # how long --address may take to answer
 PROBE_TIMEOUT_S = 5.0  # how long it may take to answer as Ray does
@@ -412,7 +414,7 @@ def write_part(path: Path, table) -> tuple[int, str]:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f, Hashed(f) as sink:
-            pq.write_table(table, sink, compression="none", use_dictionary=["file"], write_statistics=["file", "line"])
+            pq.write_table(table, sink, **PART_OPTIONS)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a full disk leaves no half part behind

@@ -75,7 +75,8 @@ def other_writes(table, folder: Path) -> dict[str, float]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    options = {"compression": "none", "use_dictionary": ["file"], "write_statistics": ["file", "line"]}
+    from paraphrastic.ray_engine import PART_OPTIONS as options
+
     vectors = table.column("vector").combine_chunks()
     width = vectors.type.list_size * vectors.type.value_type.bit_width // 8
     blobs = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(vectors), [None, vectors.values.buffers()[1]])
