@@ -609,14 +609,16 @@ def headline(results: dict) -> dict[str, float]:
 
 
 def side_by_side(everything: dict[str, dict]) -> str:
-    """The models' headline figures in one table, with each model's difference from the first."""
+    """The models' headline figures in one table, numbered [1], [2], ... under a legend of their paths, with each
+    model's difference from the first ([2]-[1], ...): a column's model is named however long its path."""
     names = list(everything)
     figures = {name: headline(r) for name, r in everything.items()}
     rows = list(dict.fromkeys(k for f in figures.values() for k in f))
-    width, cell = max(map(len, rows), default=10), 20
-    head = f"{'':<{width}}" + "".join(f" {n[-cell:]:>{cell}}" for n in names)  # a path's end tells files apart
-    head += "".join(f" {'-' + names[0][-cell + 1 :]:>{cell}}" for _ in names[1:])
-    lines = ["Side by side (r: Pearson x 100, higher is better; err: error rate x 100, lower is better)", head]
+    width, cell = max(map(len, rows), default=10), 9
+    legend = [f"  [{k}] {name}" for k, name in enumerate(names, 1)]
+    head = f"{'':<{width}}" + "".join(f" {f'[{k}]':>{cell}}" for k in range(1, len(names) + 1))
+    head += "".join(f" {f'[{k}]-[1]':>{cell}}" for k in range(2, len(names) + 1))
+    lines = ["Side by side (r: Pearson x 100, higher is better; err: error rate x 100, lower is better)", *legend, head]
     for row in rows:
         values = [figures[n].get(row, math.nan) for n in names]
         cells = "".join(f" {fmt(v, cell)}" for v in values)

@@ -7,14 +7,16 @@ For each size: the fixed English sentence sample of ../shared/data repeated to t
 Parquet parts written) and `paraphrastic-embed --threads CORES` on their concatenation (one .npy), each timed as
 a whole command, start-up included, --repeats times in turn; the median ratio of their throughputs (this machine is
 noisy: one pair alone can be off by a third); and the Ray driver's peak RSS (VmHWM of the
-command's own process: the vectors never pass through it).
+command's own process: the vectors never pass through it); and how busy the machine's cores were over each
+command (from /proc/stat): near 100% means the gap is work done, not time spent waiting.
 
     python benchmarks/bench_ray.py --item
 
 Where one actor's work item goes, in this process, without Ray: an item of the repeated sample read, embedded,
 and written as Parquet parts (ray_engine.Parts.work), each phase timed, the writing split into Parquet and the
-part's checksum, beside the same rows as opaque binary vectors and saved as a .npy (what the local command's output
-costs instead), median of --repeats.
+part's checksum, beside the same rows in other Parquet layouts (the vectors as variable-length lists, as one
+column a value, as opaque binary) and saved as a .npy (what the local command's output costs instead), median of
+--repeats.
 """
 
 from __future__ import annotations
@@ -35,8 +37,19 @@ from common import ROOT, english_sentences, machine_header
 BIN = Path(sys.executable).parent
 
 
-def timed(cmd: list[str]) -> tuple[float, int]:
-    """(wall seconds, peak RSS in KiB of the command's own process) of a command that must succeed."""
+def cpu_ticks() -> tuple[int, int]:
+    """(all, idle) clock ticks of the machine's cores since boot; (0, 0) where /proc/stat is not there."""
+    try:
+        ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return 0, 0
+    return sum(ticks), ticks[3] + ticks[4]  # idle and iowait
+
+
+def timed(cmd: list[str]) -> tuple[float, int, float]:
+    """(wall seconds, peak RSS in KiB of the command's own process, the share of the cores' time spent busy while
+    it ran) of a command that must succeed."""
+    ticks = cpu_ticks()
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = 0
@@ -49,7 +62,8 @@ def timed(cmd: list[str]) -> tuple[float, int]:
         time.sleep(0.1)
     if proc.returncode:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr.read()[-3000:]}")
-    return time.perf_counter() - start, peak
+    wall, (total, idle) = time.perf_counter() - start, [b - a for a, b in zip(ticks, cpu_ticks(), strict=True)]
+    return wall, peak, 1 - idle / total if total > 0 else float("nan")
 
 
 def write_files(folder: Path, lines: int, files: int) -> Path:
@@ -68,10 +82,12 @@ def write_files(folder: Path, lines: int, files: int) -> Path:
 
 def other_writes(table, folder: Path) -> dict[str, float]:
     """Seconds of what a part's writing is made of, on one part's table: Parquet without the checksum, its sha256
-    alone, and Parquet with the vectors as opaque fixed-size binary values (the same bytes, without the list's
-    levels, which DuckDB and polars would then read as blobs, not floats)."""
+    alone; and the other layouts the vectors could take: a variable-length list, one float column per value, and
+    opaque fixed-size binary values (the same bytes without the list's levels, which DuckDB and polars would then
+    read as blobs, not floats)."""
     import hashlib
 
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -88,9 +104,21 @@ def other_writes(table, folder: Path) -> dict[str, float]:
     clock = time.perf_counter()
     hashlib.sha256(data).hexdigest()
     took["  of which its sha256"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-    pq.write_table(table.set_column(2, "vector", blobs), pa.OSFile(str(folder / "blob.parquet"), "wb"), **options)
-    took["Parquet, vectors as blobs"] = time.perf_counter() - clock
+    floats = vectors.values.to_numpy().reshape(len(vectors), -1)
+    offsets = pa.array(np.arange(0, floats.size + 1, floats.shape[1], dtype=np.int32))
+    keys = table.drop_columns("vector")
+    columns = [pa.array(floats[:, k]) for k in range(floats.shape[1])]
+    layouts = {
+        "Parquet, vectors as lists": table.set_column(2, "vector", pa.ListArray.from_arrays(offsets, vectors.values)),
+        "Parquet, a column a value": pa.Table.from_arrays(
+            [*keys.columns, *columns], names=[*keys.column_names, *(f"d{k}" for k in range(len(columns)))]
+        ),
+        "Parquet, vectors as blobs": table.set_column(2, "vector", blobs),
+    }
+    for name, layout in layouts.items():
+        clock = time.perf_counter()
+        pq.write_table(layout, pa.OSFile(str(folder / "other.parquet"), "wb"), **options)
+        took[name] = time.perf_counter() - clock
     return took
 
 
@@ -104,7 +132,8 @@ def time_item(repeats: int) -> None:
 
     sample = english_sentences()
     spent: dict[str, list[float]] = {"read": [], "embed": [], "write Parquet": [], "  of which Parquet alone": [],
-                                     "  of which its sha256": [], "Parquet, vectors as blobs": [],
+                                     "  of which its sha256": [], "Parquet, vectors as lists": [],
+                                     "Parquet, a column a value": [], "Parquet, vectors as blobs": [],
                                      ".npy of the same rows": []}  # fmt: skip
     with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
         path = Path(tmp) / "item.txt"
@@ -150,25 +179,28 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     print(f"{machine_header()}; a local Ray with {cores} CPUs against --threads {cores}; median of {args.repeats} "
           "pairs run in turn (ray / local: the median of the pairs' ratios, then their range)")  # fmt: skip
-    print("| lines | ray (sent/s) | paraphrastic-embed (sent/s) | ray / local | range | ray driver peak RSS |")
-    print("|---|---|---|---|---|---|")
+    print("| lines | ray (sent/s) | paraphrastic-embed (sent/s) | ray / local | range | ray driver peak RSS "
+          "| cores busy (ray / local) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for size in map(int, args.sizes.split(",")):
         with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
             folder = Path(tmp)
             (folder / "in").mkdir()
             whole = write_files(folder, size, args.files)
-            rays, locals_, drivers = [], [], []
+            rays, locals_, drivers, busy = [], [], [], []
             for k in range(args.repeats):
-                ray_s, driver = timed([str(BIN / "paraphrastic-embed"), "--engine", "ray", "--input",
+                ray_s, driver, ray_busy = timed([str(BIN / "paraphrastic-embed"), "--engine", "ray", "--input",
                                        str(folder / "in" / "*"), "--output-dir", str(folder / f"out{k}"), "--quiet"])  # fmt: skip
-                local_s, _ = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(whole), "--output-file",
+                local_s, _, local_busy = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(whole), "--output-file",
                                     str(folder / "all.npy"), "--threads", str(cores), "--quiet"])  # fmt: skip
                 rays, locals_, drivers = rays + [ray_s], locals_ + [local_s], drivers + [driver]
+                busy.append((ray_busy, local_busy))
                 shutil.rmtree(folder / f"out{k}")
             ratios = sorted(local / ray for ray, local in zip(rays, locals_, strict=True))
             print(f"| {size:,} | {size / statistics.median(rays):,.0f} | {size / statistics.median(locals_):,.0f} | "
                   f"{statistics.median(ratios):.0%} | {ratios[0]:.0%}-{ratios[-1]:.0%} | "
-                  f"{max(drivers) / 1024:,.0f} MiB |", flush=True)  # fmt: skip
+                  f"{max(drivers) / 1024:,.0f} MiB | {statistics.median(b[0] for b in busy):.0%} / "
+                  f"{statistics.median(b[1] for b in busy):.0%} |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -325,7 +325,8 @@ def test_cli_sets_two_models_side_by_side(tiny_model, data_dir, tmp_path, capsys
     assert evaluate.main([*argv, "--tasks", "sts,tatoeba", "--json", str(tmp_path / "both.json")]) == 0
     printed = capsys.readouterr().out
     table = printed[printed.index("Side by side") :].splitlines()
-    assert table[1].count("a.pt") == 2 and table[1].count("b.pt") == 1  # b's column, and b minus a's
+    assert table[1].endswith("[1] " + str(tmp_path / "a.pt")) and table[2].endswith("[2] " + str(tmp_path / "b.pt"))
+    assert table[3].split() == ["[1]", "[2]", "[2]-[1]"]  # each column names its model, however long the paths
     both = json.loads((tmp_path / "both.json").read_text())["models"]
     for label, figure in (("STS 2012-2016 avg (r)", both[str(tmp_path / "a.pt")]["sts"]["avg"]["pearson"]),):
         row = next(line for line in table if line.startswith(label)).split()
