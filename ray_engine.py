@@ -426,17 +426,19 @@ def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
         on_done: Callable[[dict], None] | None = None, **parts) -> dict:  # fmt: skip
     """Run the work items on `workers` actors (`actor`, Parts by default, made with **parts), IN_FLIGHT items
     queued at each, the next item to the first actor done; `on_done` gets each item's record as it finishes.
-    A lost actor (its process or its node gone, or silent for STALL_TIMES an item's median time: a node whose
-    loss Ray has not noticed yet, a hung process) is replaced by a new one wherever the cluster has a CPU, and its
-    items go to the next actor free; after a bad item no later item starts, and the first bad one in input order
-    is raised. Plain Ray actors, not a Ray Data pipeline: its executor takes seconds to start, which is much of a
-    job of a few million lines."""
+    Whole-file items (.gz, Parquet: their length is unknown, and may be many items' worth) go first, so that the
+    run does not end on one of them while the other actors wait. A lost actor (its process or its node gone, or
+    silent for STALL_TIMES an item's median time: a node whose loss Ray has not noticed yet, a hung process) is
+    replaced by a new one wherever the cluster has a CPU, and its items go to the next actor free; after a bad item
+    no later item starts, and the first bad one in input order is raised. Plain Ray actors, not a Ray Data
+    pipeline: its executor takes seconds to start, which is much of a job of a few million lines."""
     ray = ray_module()
     if not items:
         return {}
     remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(actor or Parts)
-    queue, running, done, failed, hired, lost = list(reversed(items)), {}, {}, None, [], set()
-    heard, times = {}, []  # each actor's last sign of life; seconds between an actor's finished items
+    queue = sorted(items, key=lambda i: (i["lines"] < 0, -i["item"]))  # popped from the end: whole files first
+    running, done, failed, hired, lost = {}, {}, None, [], set()
+    heard, times, written = {}, [], {}  # each actor's last sign of life; seconds between its items; parts seen
     team: list = []  # the actors that have loaded the model and are not lost
     known = sum(i["lines"] for i in items if i["lines"] > 0)  # a .gz or Parquet item's lines are not counted
     parts.setdefault("share", known // min(workers, len(items)))
@@ -461,7 +463,7 @@ def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
                 ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
                 if signals:
                     raise Stopped("interrupted", 128 + signals[0])
-                silent(running, heard, times, lost)
+                silent(running, heard, times, lost, out, written)
                 if not ready:
                     continue
                 member, item = running.pop(ready[0])
@@ -503,18 +505,32 @@ def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
     return done
 
 
-def silent(running: dict, heard: dict, times: list[float], lost: set) -> None:
+def silent(running: dict, heard: dict, times: list[float], lost: set, out: Path, written: dict) -> None:
     """Kill the actors with items in flight that have been silent for longer than a stall (their items then fail
-    and run again elsewhere): Ray may take minutes to notice a lost node, and never notices a hung process."""
+    and run again elsewhere): Ray may take minutes to notice a lost node, and never notices a hung process. An
+    actor that has written a part of its items since it was last heard from is busy, not lost: a whole .gz file
+    may take many items' time (`written`: the newest part stamp seen of each item)."""
     if not times:
         return
     ray = ray_module()
     limit = max(STALL_S, STALL_TIMES * float(np.median(times)))
     now = time.monotonic()
-    for member, item in list(running.values()):
-        if item is not None and member not in lost and now - heard.get(member, now) > limit:
-            heard[member] = now  # once
+    for member in {m for m, item in running.values() if item is not None and m not in lost}:
+        if now - heard.get(member, now) <= limit:
+            continue
+        heard[member] = now  # once a stall
+        if not any(wrote_since(item, out, written) for m, item in running.values() if m == member and item):
             ray.kill(member, no_restart=True)
+
+
+def wrote_since(item: dict, out: Path, written: dict) -> bool:
+    """Whether a part of `item` has been written since the last call (its newest modification time moved)."""
+    newest = 0
+    for path in out.glob(f"part-{int(item['item']):06d}-*{commit.STAGED}"):
+        with contextlib.suppress(FileNotFoundError):  # committed or removed meanwhile
+            newest = max(newest, path.stat().st_mtime_ns)
+    moved, written[item["item"]] = newest > written.get(item["item"], 0), newest
+    return moved
 
 
 def read_parts(folder: str | os.PathLike, columns: list[str] | None = None, verify: bool = True):

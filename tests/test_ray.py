@@ -197,6 +197,58 @@ def test_a_hung_worker_is_replaced_and_its_item_run_again(engine, tiny_model_fil
     assert len(keys) == len(set(keys)) == sum(sum(r["part_rows"]) for r in done.values()) == lines
 
 
+class SlowWholeParts(Parts):
+    """Parts of 10 lines, where each part of a .gz file takes half a second: a whole-file item that runs for
+    many times the other items' time, writing its parts as it goes (each start noted in a file)."""
+
+    def __init__(self, *args, **kwargs):
+        from paraphrastic import ray_engine
+
+        ray_engine.PART_LINES = 10  # in this actor's process
+        super().__init__(*args, **kwargs)
+
+    def work(self, item):
+        if item["file"].endswith(".gz"):
+            with open(self.out / "slow-started", "a") as f:
+                f.write(f"{item['item']}\n")
+        return super().work(item)
+
+    def vectors(self, file, first, lines):
+        if file.endswith(".gz"):
+            time.sleep(0.5)
+        return super().vectors(file, first, lines)
+
+
+def test_a_long_whole_file_item_that_writes_its_parts_is_not_taken_for_lost(engine, tiny_model_file, tmp_path,
+                                                                           monkeypatch):  # fmt: skip
+    """A .gz file is one item whatever its length: among short items it runs for many times their median, and
+    must not be killed as stalled while it writes parts (it was, again and again, until the run gave up). It is
+    also run first, so that the run does not end on it."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(engine, "STALL_S", 1.0)  # the stall limit: max(1 s, 10 x the short items' median)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    sentences = generated_sentences(900, seed=15)
+    files = [folder / f"f{i}.txt" for i in range(8)]
+    for i, path in enumerate(files):
+        path.write_text("".join(s + "\n" for s in sentences[i * 100 : (i + 1) * 100]))
+    files.append(folder / "long.txt.gz")
+    files[-1].write_bytes(gzip.compress("".join(s + "\n" for s in sentences[800:]).encode()))
+    out = tmp_path / "vectors"
+    out.mkdir()
+    items = engine.plan(files, lines_per_item=20)  # 40 short items, then the .gz file's one
+    done = engine.run(items, out, 2, actor=SlowWholeParts, model=str(tiny_model_file))
+    assert (out / "slow-started").read_text() == f"{items[-1]['item']}\n"  # started once, and never killed
+    assert sorted(done) == [item["item"] for item in items]
+    table = pq.read_table(sorted(out.glob("part-*.parquet.staged")))
+    keys = list(zip(table.column("file").to_pylist(), table.column("line").to_pylist(), strict=True))
+    assert len(keys) == len(set(keys)) == 900
+    began = (out / "slow-started").stat().st_mtime_ns
+    short = [p for p in out.glob("part-*.parquet.staged") if not p.name.startswith(f"part-{items[-1]['item']:06d}-")]
+    assert sum(p.stat().st_mtime_ns < began for p in short) < 10  # of 80: the whole file went first, not last
+
+
 def test_the_ray_data_stage_adds_a_vector_column(engine, tiny_model_file):
     import ray as ray_module
 
