@@ -1,7 +1,7 @@
 """Embedding, scoring and bitext mining past one machine, on Ray (`pip install "paraphrastic[ray]"`): --engine ray.
 
 The input files are cut into work items (a plain text file at every LINES_PER_ITEM lines, found by one pass of
-newline counting; a .gz or Parquet file whole). A pool of Ray actors, each holding the model loaded once and
+newline counting; a Parquet file at the row group that reaches as many rows; a .gz file whole). A pool of Ray actors, each holding the model loaded once and
 running on one thread, reads its items with the toolkit's own reader (invalid UTF-8 replaced, the line limit)
 and writes their rows as Parquet parts named by item and part number. The output folder follows the commit
 protocol of commit.py: claimed by one run, parts staged, each finished item committed by the driver, everything
@@ -255,13 +255,17 @@ def check_parquet(path: Path, text_column: str | None) -> None:
 
 
 def plan(files: list[Path], lines_per_item: int = LINES_PER_ITEM) -> list[dict]:
-    """The work items: (file as named, its absolute path, its position, item number, first line, byte offset,
-    lines; -1 lines: to the end; the file's size and modification time, which its reader checks)."""
+    """The work items: (file as named, its absolute path, its position, item number, first line, offset: the byte
+    offset of its first line, or for Parquet its first row group, lines; -1 lines: to the end; the file's size and
+    modification time, which its reader checks). A .gz file is one item (it cannot be seeked into); a plain file
+    is cut at every `lines_per_item` lines, a Parquet file at the row group that reaches them."""
     items = []
     for position, path in enumerate(files):
         stat = path.stat()
-        if path.suffix in (".gz", ".parquet"):  # no seeking into these: one item each
+        if path.suffix == ".gz":
             starts, total = [(0, 0)], -1
+        elif path.suffix == ".parquet":
+            starts, total = row_group_starts(path, lines_per_item)
         else:
             starts, total = line_offsets(path, lines_per_item)
         for k, (line, offset) in enumerate(starts):
@@ -270,6 +274,22 @@ def plan(files: list[Path], lines_per_item: int = LINES_PER_ITEM) -> list[dict]:
                           "first": line, "offset": offset, "lines": end - line if end >= 0 else -1,
                           "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})  # fmt: skip
     return items
+
+
+def row_group_starts(path: Path, rows_per_item: int) -> tuple[list[tuple[int, int]], int]:
+    """([(first row, first row group)] of each item, all rows) of a Parquet file, from its footer: whole row groups,
+    consecutive ones together until they hold `rows_per_item` rows, so that one large file is many items."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    starts, rows, held = [(0, 0)], 0, 0
+    for group in range(meta.num_row_groups):
+        if held >= rows_per_item:
+            starts.append((rows, group))
+            held = 0
+        count = meta.row_group(group).num_rows
+        rows, held = rows + count, held + count
+    return starts, rows
 
 
 class InputChanged(Error):
@@ -293,10 +313,16 @@ def read_items(item: dict, text_column: str, strict: bool) -> Iterator[tuple[int
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        first, table = 0, pq.ParquetFile(path)
-        size = sum(table.metadata.row_group(k).total_byte_size for k in range(table.metadata.num_row_groups))
-        rows = max(1, min(PART_LINES, JOB_BYTES * table.metadata.num_rows // max(size, 1)))  # bytes bound a batch
-        for batch in table.iter_batches(batch_size=rows, columns=[text_column]):
+        first, table = item["first"], pq.ParquetFile(path)
+        groups, held = [], 0
+        while held < item["lines"]:  # the item's row groups, from its first
+            groups.append(item["offset"] + len(groups))
+            held += table.metadata.row_group(groups[-1]).num_rows
+        if not groups:  # no rows
+            return
+        size = sum(table.metadata.row_group(k).total_byte_size for k in groups)
+        rows = max(1, min(PART_LINES, JOB_BYTES * held // max(size, 1)))  # bytes bound a batch
+        for batch in table.iter_batches(batch_size=rows, row_groups=groups, columns=[text_column]):
             lines = ["" if t is None else str(t) for t in batch.column(0).to_pylist()]
             yield first, lines, 0
             first += len(lines)
@@ -426,7 +452,7 @@ def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
         on_done: Callable[[dict], None] | None = None, **parts) -> dict:  # fmt: skip
     """Run the work items on `workers` actors (`actor`, Parts by default, made with **parts), IN_FLIGHT items
     queued at each, the next item to the first actor done; `on_done` gets each item's record as it finishes.
-    Whole-file items (.gz, Parquet: their length is unknown, and may be many items' worth) go first, so that the
+    Whole-file items (.gz: their length is unknown, and may be many items' worth) go first, so that the
     run does not end on one of them while the other actors wait. A lost actor (its process or its node gone, or
     silent for STALL_TIMES an item's median time: a node whose loss Ray has not noticed yet, a hung process) is
     replaced by a new one wherever the cluster has a CPU, and its items go to the next actor free; after a bad item
@@ -440,7 +466,7 @@ def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
     running, done, failed, hired, lost = {}, {}, None, [], set()
     heard, times, written = {}, [], {}  # each actor's last sign of life; seconds between its items; parts seen
     team: list = []  # the actors that have loaded the model and are not lost
-    known = sum(i["lines"] for i in items if i["lines"] > 0)  # a .gz or Parquet item's lines are not counted
+    known = sum(i["lines"] for i in items if i["lines"] > 0)  # a .gz item's lines are not counted
     parts.setdefault("share", known // min(workers, len(items)))
 
     def hire() -> None:  # a new actor; it gets its items once it has loaded the model
@@ -687,7 +713,7 @@ def run_job(job: commit.Job, items: list[dict], args, kind: str, parts: dict) ->
     committed and says how to resume."""
     records = job.committed()
     todo = [i for i in items if i["item"] not in records]
-    by_lines = all(i["lines"] >= 0 for i in items)  # a .gz or Parquet item's lines are counted only as it is read
+    by_lines = all(i["lines"] >= 0 for i in items)  # a .gz item's lines are counted only as it is read
     bar = None
 
     def done(record: dict) -> None:

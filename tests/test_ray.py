@@ -82,6 +82,34 @@ def test_embedding_16_files_on_ray_equals_one_machine_on_their_concatenation(eng
     assert np.array_equal(cut.flatten().to_numpy().reshape(len(cut), -1), local)
 
 
+def test_a_parquet_input_is_cut_at_row_groups_into_items_that_give_its_rows_in_order(engine, tiny_model_file,
+                                                                                     tmp_path):  # fmt: skip
+    """One large Parquet file is many items (runs of whole row groups), not one for a single actor; its rows come
+    back in order, a null text embedded as an empty line, as the local command embeds the same lines."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = generated_sentences(230, seed=16)
+    texts[120] = None
+    path = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"id": range(230), "text": texts}), path, row_group_size=50)  # groups of 50, last 30
+    items = engine.plan([path], lines_per_item=100)
+    assert [(i["first"], i["offset"], i["lines"]) for i in items] == [(0, 0, 100), (100, 2, 100), (200, 4, 30)]
+    out = tmp_path / "vectors"
+    out.mkdir()
+    done = engine.run(items, out, 2, model=str(tiny_model_file), text_column="text")
+    assert [sum(done[i["item"]]["part_rows"]) for i in items] == [100, 100, 30]
+    table = pq.read_table(sorted(out.glob("part-*.parquet.staged")))
+    assert table.column("line").to_pylist() == list(range(230))
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join((t or "") + "\n" for t in texts), encoding="utf-8")
+    single = tmp_path / "single.npy"
+    args = ["--sentence-file", lines, "--load-file", tiny_model_file, "--output-file", single, "--quiet"]
+    assert embed_sentences.main([*map(str, args)]) == 0
+    vectors = table.column("vector").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
+    assert vectors.tobytes() == np.load(single).tobytes()
+
+
 def test_scoring_on_ray_equals_one_machine(engine, tiny_model_file, tmp_path):
     (tmp_path / "in").mkdir()
     sentences = generated_sentences(400, seed=12)
