@@ -226,7 +226,7 @@ def test_a_hung_worker_is_replaced_and_its_item_run_again(engine, tiny_model_fil
 
 
 class SlowWholeParts(Parts):
-    """Parts of 10 lines, where each part of a .gz file takes half a second: a whole-file item that runs for
+    """Parts of 10 lines, where each part of a .gz file takes 0.3 s: a whole-file item that runs for
     many times the other items' time, writing its parts as it goes (each start noted in a file)."""
 
     def __init__(self, *args, **kwargs):
@@ -243,7 +243,7 @@ class SlowWholeParts(Parts):
 
     def vectors(self, file, first, lines):
         if file.endswith(".gz"):
-            time.sleep(0.5)
+            time.sleep(0.3)
         return super().vectors(file, first, lines)
 
 
