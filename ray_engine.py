@@ -1,11 +1,12 @@
 """Embedding, scoring and bitext mining past one machine, on Ray (`pip install "paraphrastic[ray]"`): --engine ray.
 
 The input files are cut into work items (a plain text file at every LINES_PER_ITEM lines, found by one pass of
-newline counting; a Parquet file at the row group that reaches as many rows; a .gz file whole). A pool of Ray actors, each holding the model loaded once and
-running on one thread, reads its items with the toolkit's own reader (invalid UTF-8 replaced, the line limit)
-and writes their rows as Parquet parts named by item and part number. The output folder follows the commit
-protocol of commit.py: claimed by one run, parts staged, each finished item committed by the driver, everything
-published with a manifest written last; a stopped run is finished with --resume. Rows carry `file` (the input's
+newline counting; a Parquet file into runs of whole row groups of at least as many rows; a .gz file whole). A pool
+of Ray actors, each holding the model loaded once and running on one thread, reads its items with the toolkit's
+own reader (invalid UTF-8 replaced, the line limit) and writes their rows as Parquet parts named by item and part
+number. The output folder follows the commit protocol of commit.py: claimed by one run, parts staged, each
+finished item committed by the driver, everything published with a manifest written last; a stopped run is
+finished with --resume. Rows carry `file` (the input's
 path as given) and `line` (0-based); the driver holds only the plan and the items' records, never the vectors.
 Without an --address, a local Ray starts on this machine's cores and is shut down when the command ends.
 """
@@ -258,7 +259,7 @@ def plan(files: list[Path], lines_per_item: int = LINES_PER_ITEM) -> list[dict]:
     """The work items: (file as named, its absolute path, its position, item number, first line, offset: the byte
     offset of its first line, or for Parquet its first row group, lines; -1 lines: to the end; the file's size and
     modification time, which its reader checks). A .gz file is one item (it cannot be seeked into); a plain file
-    is cut at every `lines_per_item` lines, a Parquet file at the row group that reaches them."""
+    is cut at every `lines_per_item` lines, a Parquet file into runs of whole row groups of at least as many."""
     items = []
     for position, path in enumerate(files):
         stat = path.stat()
