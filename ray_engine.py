@@ -726,10 +726,13 @@ def run_job(job: commit.Job, items: list[dict], args, kind: str, parts: dict) ->
         from tqdm import tqdm  # here: its import is a tenth of the local commands' start-up, which import this module
 
         cpus = start(args.address, args.threads)
+        workers = min(args.threads or cpus, cpus)
+        if note := idle_note(todo, workers):
+            print(note, file=sys.stderr)
         total, unit = (sum(i["lines"] for i in items), " line") if by_lines else (len(items), " item")
         initial = sum(sum(r["part_rows"]) for r in records.values()) if by_lines else len(records)
         bar = tqdm(total=total, unit=unit, disable=args.quiet, file=sys.stderr, desc=kind, initial=initial)
-        run(todo, job.staging, min(args.threads or cpus, cpus), on_done=done, model=args.load_file,
+        run(todo, job.staging, workers, on_done=done, model=args.load_file,
             batch_size=args.batch_size, strict=args.strict, **parts)  # fmt: skip
         check_inputs_unchanged(job.spec["inputs"])  # every row is of the content the run began with
         job.check_staged(records)
@@ -759,6 +762,24 @@ def run_job(job: commit.Job, items: list[dict], args, kind: str, parts: dict) ->
     return 0
 
 
+def idle_note(items: list[dict], workers: int) -> str | None:
+    """The note that some CPUs will have nothing to do because .gz files, one item each however long, are among
+    fewer items than CPUs; None otherwise."""
+    whole = [i for i in items if i["lines"] < 0]
+    if not whole or len(items) >= workers:
+        return None
+    largest = max(whole, key=lambda i: i["size"])["file"]
+    idle = workers - len(items)
+    return (f"note: {count(len(items), 'work item')} for {workers} CPUs, so {idle} {'stays' if idle == 1 else 'stay'} "
+            f"idle: a .gz file is one item, as it cannot be cut; decompress the large ones (such as {largest}) to have "
+            f"them cut into items of {LINES_PER_ITEM:,} lines")  # fmt: skip
+
+
+def count(n: int, noun: str) -> str:
+    """`n` and the noun, plural unless n is 1: "1 file", "3 files"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def check_inputs_unchanged(inputs: list[dict]) -> None:
     """Before publishing: every input still has the size and sha256 the run began with (a file rewritten in place,
     even to the same size and time, is found)."""
@@ -779,7 +800,8 @@ def one_line(error: BaseException) -> str:
 def report(manifest: dict, records: dict, kind: str, files: int, out: Path) -> None:
     """The summary lines: rows written, bad lines (the first SHOWN named), lines with invalid UTF-8."""
     what = {"embed": "embedded", "score": "scored"}[kind]
-    print(f"{what} {manifest['rows']} lines of {files} files into {len(manifest['parts'])} Parquet parts in {out}",
+    print(f"{what} {count(manifest['rows'], 'line')} of {count(files, 'file')} into "
+          f"{count(len(manifest['parts']), 'Parquet part')} in {out}",
           file=sys.stderr)  # fmt: skip
     if manifest["bad_lines"]:
         shown = [f"{records[k]['file']}:{n}" for k in sorted(records) for n in records[k]["shown_bad"]]
