@@ -452,7 +452,8 @@ def write_part(path: Path, table) -> tuple[int, str]:
 def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
         on_done: Callable[[dict], None] | None = None, **parts) -> dict:  # fmt: skip
     """Run the work items on `workers` actors (`actor`, Parts by default, made with **parts), IN_FLIGHT items
-    queued at each, the next item to the first actor done; `on_done` gets each item's record as it finishes.
+    queued at each (one while the items left are no more than the actors without one: a second would keep one of
+    those waiting), the next item to the first actor done; `on_done` gets each item's record as it finishes.
     Whole-file items (.gz: their length is unknown, and may be many items' worth) go first, so that the
     run does not end on one of them while the other actors wait. A lost actor (its process or its node gone, or
     silent for STALL_TIMES an item's median time: a node whose loss Ray has not noticed yet, a hung process) is
@@ -478,6 +479,9 @@ def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
         load = collections.Counter(member for member, item in running.values() if item is not None)
         for member in team:
             while queue and load[member] < IN_FLIGHT:
+                idle = sum(1 for m in hired if m not in lost and not load[m])  # ready or still loading the model
+                if load[member] and len(queue) <= idle:  # a queued item would keep one of them waiting
+                    break
                 item = queue.pop()
                 running[member.run_item.remote(item)] = member, item
                 load[member] += 1

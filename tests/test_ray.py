@@ -110,6 +110,28 @@ def test_a_parquet_input_is_cut_at_row_groups_into_items_that_give_its_rows_in_o
     assert vectors.tobytes() == np.load(single).tobytes()
 
 
+class PidParts(Parts):
+    """Parts that note which process ran each item, and take 3 s over it (the other actor is ready by then)."""
+
+    def work(self, item):
+        with open(self.out / "pids", "a") as f:
+            f.write(f"{item['item']} {os.getpid()}\n")
+        time.sleep(3)
+        return super().work(item)
+
+
+def test_as_many_items_as_actors_go_one_to_each(engine, tiny_model_file, tmp_path):
+    """The first actor ready used to take two items (one running, one queued), so that two items on two actors
+    (a Parquet file of two row groups) ran one after the other on one of them."""
+    path = tmp_path / "in.txt"
+    path.write_text("".join(s + "\n" for s in generated_sentences(200, seed=17)))
+    out = tmp_path / "vectors"
+    out.mkdir()
+    engine.run(engine.plan([path], lines_per_item=100), out, 2, actor=PidParts, model=str(tiny_model_file))
+    ran = dict(line.split() for line in (out / "pids").read_text().splitlines())
+    assert sorted(ran) == ["0", "1"] and len(set(ran.values())) == 2
+
+
 def test_gz_files_fewer_than_the_cpus_get_a_note_naming_the_largest(tmp_path):
     from paraphrastic import ray_engine
 
