@@ -283,13 +283,11 @@ def row_group_starts(path: Path, rows_per_item: int) -> tuple[list[tuple[int, in
     import pyarrow.parquet as pq
 
     meta = pq.ParquetFile(path).metadata
-    starts, rows, held = [(0, 0)], 0, 0
+    starts, rows = [(0, 0)], 0
     for group in range(meta.num_row_groups):
-        if held >= rows_per_item:
+        if rows - starts[-1][0] >= rows_per_item:
             starts.append((rows, group))
-            held = 0
-        count = meta.row_group(group).num_rows
-        rows, held = rows + count, held + count
+        rows += meta.row_group(group).num_rows
     return starts, rows
 
 
@@ -451,15 +449,12 @@ def write_part(path: Path, table) -> tuple[int, str]:
 
 def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
         on_done: Callable[[dict], None] | None = None, **parts) -> dict:  # fmt: skip
-    """Run the work items on `workers` actors (`actor`, Parts by default, made with **parts), IN_FLIGHT items
-    queued at each (one while the items left are no more than the actors without one: a second would keep one of
-    those waiting), the next item to the first actor done; `on_done` gets each item's record as it finishes.
-    Whole-file items (.gz: their length is unknown, and may be many items' worth) go first, so that the
-    run does not end on one of them while the other actors wait. A lost actor (its process or its node gone, or
-    silent for STALL_TIMES an item's median time: a node whose loss Ray has not noticed yet, a hung process) is
-    replaced by a new one wherever the cluster has a CPU, and its items go to the next actor free; after a bad item
-    no later item starts, and the first bad one in input order is raised. Plain Ray actors, not a Ray Data
-    pipeline: its executor takes seconds to start, which is much of a job of a few million lines."""
+    """Run the work items on `workers` actors (`actor`, Parts by default, made with **parts), IN_FLIGHT queued at
+    each (one while the items left are no more than the actors without one), .gz items first (one a file, however
+    long: a run should not end on one), the next item to the first actor done; `on_done` gets each record. A lost
+    actor (its process or node gone, or silent for STALL_TIMES an item's median time) is replaced wherever the
+    cluster has a CPU, and its items go to the next actor free; after a bad item no later item starts, and the
+    first bad one in input order is raised. Plain actors, not Ray Data, whose executor takes seconds to start."""
     ray = ray_module()
     if not items:
         return {}
@@ -537,21 +532,19 @@ def run(items: list[dict], out: Path, workers: int, actor: type | None = None,
 
 
 def silent(running: dict, heard: dict, times: list[float], lost: set, out: Path, written: dict) -> None:
-    """Kill the actors with items in flight that have been silent for longer than a stall (their items then fail
-    and run again elsewhere): Ray may take minutes to notice a lost node, and never notices a hung process. An
-    actor that has written a part of its items since it was last heard from is busy, not lost: a whole .gz file
-    may take many items' time (`written`: the newest part stamp seen of each item)."""
+    """Kill the actors silent for longer than a stall (their items run again elsewhere): Ray may take minutes to
+    notice a lost node, and never a hung process. One that staged a part since last heard from is busy, not lost
+    (a long .gz item; `written`: the newest part stamp seen of each item)."""
     if not times:
         return
     ray = ray_module()
     limit = max(STALL_S, STALL_TIMES * float(np.median(times)))
     now = time.monotonic()
     for member in {m for m, item in running.values() if item is not None and m not in lost}:
-        if now - heard.get(member, now) <= limit:
-            continue
-        heard[member] = now  # once a stall
-        if not any(wrote_since(item, out, written) for m, item in running.values() if m == member and item):
-            ray.kill(member, no_restart=True)
+        if now - heard.get(member, now) > limit:
+            heard[member] = now  # once a stall
+            if not any(wrote_since(item, out, written) for m, item in running.values() if m == member and item):
+                ray.kill(member, no_restart=True)
 
 
 def wrote_since(item: dict, out: Path, written: dict) -> bool:
@@ -767,21 +760,13 @@ def run_job(job: commit.Job, items: list[dict], args, kind: str, parts: dict) ->
 
 
 def idle_note(items: list[dict], workers: int) -> str | None:
-    """The note that some CPUs will have nothing to do because .gz files, one item each however long, are among
-    fewer items than CPUs; None otherwise."""
+    """The note that .gz files, one item each however long, leave fewer items than CPUs; else None."""
     whole = [i for i in items if i["lines"] < 0]
     if not whole or len(items) >= workers:
         return None
-    largest = max(whole, key=lambda i: i["size"])["file"]
-    idle = workers - len(items)
-    return (f"note: {count(len(items), 'work item')} for {workers} CPUs, so {idle} {'stays' if idle == 1 else 'stay'} "
-            f"idle: a .gz file is one item, as it cannot be cut; decompress the large ones (such as {largest}) to have "
-            f"them cut into items of {LINES_PER_ITEM:,} lines")  # fmt: skip
-
-
-def count(n: int, noun: str) -> str:
-    """`n` and the noun, plural unless n is 1: "1 file", "3 files"."""
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+    return (f"note: fewer work items than CPUs ({len(items)} for {workers}): a .gz file is one item, as it cannot be "
+            f"cut; decompress the large ones (such as {max(whole, key=lambda i: i['size'])['file']}) to have them cut "
+            f"into items of {LINES_PER_ITEM:,} lines")  # fmt: skip
 
 
 def check_inputs_unchanged(inputs: list[dict]) -> None:
@@ -804,8 +789,7 @@ def one_line(error: BaseException) -> str:
 def report(manifest: dict, records: dict, kind: str, files: int, out: Path) -> None:
     """The summary lines: rows written, bad lines (the first SHOWN named), lines with invalid UTF-8."""
     what = {"embed": "embedded", "score": "scored"}[kind]
-    print(f"{what} {count(manifest['rows'], 'line')} of {count(files, 'file')} into "
-          f"{count(len(manifest['parts']), 'Parquet part')} in {out}",
+    print(f"{what} {manifest['rows']} lines of {files} files into {len(manifest['parts'])} Parquet parts in {out}",
           file=sys.stderr)  # fmt: skip
     if manifest["bad_lines"]:
         shown = [f"{records[k]['file']}:{n}" for k in sorted(records) for n in records[k]["shown_bad"]]
