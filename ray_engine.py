@@ -6,9 +6,9 @@ of Ray actors, each holding the model loaded once and running on one thread, rea
 own reader (invalid UTF-8 replaced, the line limit) and writes their rows as Parquet parts named by item and part
 number. The output folder follows the commit protocol of commit.py: claimed by one run, parts staged, each
 finished item committed by the driver, everything published with a manifest written last; a stopped run is
-finished with --resume. Rows carry `file` (the input's
-path as given) and `line` (0-based); the driver holds only the plan and the items' records, never the vectors.
-Without an --address, a local Ray starts on this machine's cores and is shut down when the command ends.
+finished with --resume. Rows carry `file` (the input's path as given) and `line` (0-based); the driver holds only
+the plan and the items' records, never the vectors. Without an --address, a local Ray starts on this machine's
+cores and is shut down when the command ends.
 """
 
 from __future__ import annotations

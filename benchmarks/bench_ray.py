@@ -188,11 +188,12 @@ def main() -> None:
             (folder / "in").mkdir()
             whole = write_files(folder, size, args.files)
             rays, locals_, drivers, busy = [], [], [], []
+            embed = str(BIN / "paraphrastic-embed")
             for k in range(args.repeats):
-                ray_s, driver, ray_busy = timed([str(BIN / "paraphrastic-embed"), "--engine", "ray", "--input",
-                                       str(folder / "in" / "*"), "--output-dir", str(folder / f"out{k}"), "--quiet"])  # fmt: skip
-                local_s, _, local_busy = timed([str(BIN / "paraphrastic-embed"), "--sentence-file", str(whole), "--output-file",
-                                    str(folder / "all.npy"), "--threads", str(cores), "--quiet"])  # fmt: skip
+                ray_s, driver, ray_busy = timed([embed, "--engine", "ray", "--input", str(folder / "in" / "*"),
+                                                 "--output-dir", str(folder / f"out{k}"), "--quiet"])  # fmt: skip
+                local_s, _, local_busy = timed([embed, "--sentence-file", str(whole), "--output-file",
+                                                str(folder / "all.npy"), "--threads", str(cores), "--quiet"])  # fmt: skip
                 rays, locals_, drivers = rays + [ray_s], locals_ + [local_s], drivers + [driver]
                 busy.append((ray_busy, local_busy))
                 shutil.rmtree(folder / f"out{k}")
