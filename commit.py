@@ -361,7 +361,7 @@ def write_manifest(out: Path, data: dict) -> None:
     import pyarrow.parquet as pq
 
     first = out / data["parts"][0]["name"] if data["parts"] else None
-    schema = pq.read_schema(first) if first else pa.schema([("file", pa.string()), ("line", pa.int64())])
+    schema = pq.read_schema(first) if first else pa.schema([("file", pa.large_string()), ("line", pa.int64())])
     table = schema.with_metadata({KEY: json.dumps(data).encode()}).empty_table()
     with atomic_output(out / MANIFEST, "wb") as f:
         pq.write_table(table, f)

