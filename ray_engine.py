@@ -61,8 +61,7 @@ LINES_PER_ITEM = 262_144  # lines of a plain text file in one work item
 PART_LINES = 65_536  # rows of one Parquet part
 IN_FLIGHT = 2  # work items queued at each actor: one running, one ready
 STALL_S, STALL_TIMES = 20.0, 10  # an actor silent for max(STALL_S, STALL_TIMES x an item's median time) is lost
-# how write_part writes a part (polars' writer): plain, uncompressed, with min/max statistics
-PART_OPTIONS = {"compression": "uncompressed", "statistics": True}
+PART_OPTIONS = {"compression": "uncompressed", "statistics": True}  # write_part's, for polars' writer
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CONNECT_TIMEOUT_S = 10.0  # how long --address may take to answer
 PROBE_TIMEOUT_S = 5.0  # how long it may take to answer as Ray does
@@ -333,15 +332,19 @@ def read_items(item: dict, text_column: str, strict: bool) -> Iterator[tuple[int
         yield number - 1, lines, invalid
 
 
-def actor_model(model: str | None, share: int = 0):
+def actor_model(model: str | None, share: int = 0, writes: bool = False):
     """The model of a Ray actor, loaded once: on one thread (Ray gives every actor one CPU), with torch's pooling
-    kernel from the start when the actor's `share` of the texts is known to repay its import (the local workers'
-    rule; an actor whose share is unknown switches once it has pooled that many), and its start-up objects frozen
-    out of the garbage collections (they live as long as the actor). Polars, which writes the parts, on one thread too."""
+    kernel from the start when its `share` of the texts repays the import (the local workers' rule; with a share
+    unknown it switches once it has pooled that many), its start-up objects frozen out of the garbage collections
+    (they live as long as the actor); one that `writes` parts is warmed up and imports its writers as it starts."""
     use_threads(1)
-    os.environ.setdefault("POLARS_MAX_THREADS", "1")  # read when polars is first imported
     use_torch_for(share)
     encoder = load_encoder(model)
+    if writes:  # so that its first item's time (the stall clock's) holds none of it
+        encoder.warm_up()
+        os.environ.setdefault("POLARS_MAX_THREADS", "1")  # polars writes the parts, on one thread too
+        import polars  # noqa: F401
+        import pyarrow  # noqa: F401
     gc.freeze()
     return encoder
 
@@ -353,7 +356,7 @@ class Parts:
     def __init__(self, model: str | None, out: str, batch_size: int = 8192, strict: bool = False,
                  score: bool = False, skip_bad: bool = False, text_column: str = "text", share: int = 0,
                  dtype: str = "float32", normalize: bool = False, truncate_dim: int | None = None):  # fmt: skip
-        self.model, self.out = actor_model(model, share * (2 if score else 1)), Path(out)
+        self.model, self.out = actor_model(model, share * (2 if score else 1), writes=True), Path(out)
         self.batch_size, self.strict, self.score, self.skip_bad = batch_size, strict, score, skip_bad
         self.text_column = text_column
         self.finish = functools.partial(rows_as, normalize=normalize, precision=dtype, dims=truncate_dim)
@@ -430,10 +433,9 @@ class Hashed(io.RawIOBase):
 
 
 def write_part(path: Path, table) -> tuple[int, str]:
-    """Write one Parquet part under a temporary name and rename it (a retried task writes the same name: the part
-    is whole, once); returns its size and sha256, taken as it is written, which its commit record and the manifest
-    keep, so that --resume and read_parts find a part damaged or replaced. Uncompressed (float rows gain nothing),
-    by polars' writer: pyarrow's walks a fixed-size list value by value and took 2.2x the CPU time."""
+    """Write one Parquet part under a temporary name, then rename it (a retried task writes the same name: the part
+    is whole, once); returns its size and sha256, taken as written, kept by its commit record and the manifest for
+    --resume and read_parts. By polars: pyarrow's writer walks a fixed-size list value by value (2.2x the CPU)."""
     import polars as pl
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

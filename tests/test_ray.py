@@ -111,12 +111,15 @@ def test_a_parquet_input_is_cut_at_row_groups_into_items_that_give_its_rows_in_o
 
 
 class PidParts(Parts):
-    """Parts that note which process ran each item, and take 3 s over it (the other actor is ready by then)."""
+    """Parts that note which process ran each item, then wait until both items have begun (at most 5 s: with one
+    actor taking both, the second never begins while the first runs)."""
 
     def work(self, item):
         with open(self.out / "pids", "a") as f:
             f.write(f"{item['item']} {os.getpid()}\n")
-        time.sleep(3)
+        began = time.monotonic()
+        while len((self.out / "pids").read_text().splitlines()) < 2 and time.monotonic() - began < 5:
+            time.sleep(0.02)
         return super().work(item)
 
 
@@ -292,7 +295,7 @@ def test_a_long_whole_file_item_that_writes_its_parts_is_not_taken_for_lost(engi
     also run first, so that the run does not end on it."""
     import pyarrow.parquet as pq
 
-    monkeypatch.setattr(engine, "STALL_S", 2.0)  # the stall limit: max(2 s, 10 x the short items' median)
+    monkeypatch.setattr(engine, "STALL_S", 3.0)  # the stall limit: max(3 s, 10 x the short items' median)
     folder = tmp_path / "in"
     folder.mkdir()
     sentences = generated_sentences(950, seed=15)
@@ -303,7 +306,7 @@ def test_a_long_whole_file_item_that_writes_its_parts_is_not_taken_for_lost(engi
     files[-1].write_bytes(gzip.compress("".join(s + "\n" for s in sentences[800:]).encode()))
     out = tmp_path / "vectors"
     out.mkdir()
-    items = engine.plan(files, lines_per_item=20)  # 40 short items, then the .gz file's one: 15 parts, 4.5 s
+    items = engine.plan(files, lines_per_item=20)  # 40 short items, then the .gz file's one: 15 parts, 4.5 s+
     done = engine.run(items, out, 2, actor=SlowWholeParts, model=str(tiny_model_file))
     assert (out / "slow-started").read_text() == f"{items[-1]['item']}\n"  # started once, and never killed
     assert sorted(done) == [item["item"] for item in items]
