@@ -400,6 +400,16 @@ def is_count(value) -> bool:
     return type(value) is int and value >= 0
 
 
+def part_name(item: int, part: int) -> str:
+    """The name of a work item's part: part-ITEM-PART.parquet, both zero-padded, so that names sort in line order."""
+    return f"part-{item:06d}-{part:05d}.parquet"
+
+
+def parts_glob(item: int | None = None) -> str:
+    """A glob of the names part_name gives one work item's parts (every item's: None)."""
+    return "part-*.parquet" if item is None else f"part-{item:06d}-*.parquet"
+
+
 def checked_record(record: dict, items: int) -> int:
     """A commit record's item number, once the record is found to be one this toolkit writes: an item of the job,
     its parts named part-ITEM-PART.parquet in order (a plain name in the folder, never a path), each with its
@@ -411,7 +421,7 @@ def checked_record(record: dict, items: int) -> int:
     lists = [record.get(k) for k in ("part_rows", "part_bytes", "part_sha256")]
     if not isinstance(parts, list) or not all(isinstance(x, list) and len(x) == len(parts) for x in lists):
         raise InputError(f"item {item}: its record does not list its parts whole")
-    names = [f"part-{item:06d}-{k:05d}.parquet" for k in range(len(parts))]
+    names = [part_name(item, k) for k in range(len(parts))]
     counts = all(is_count(x) for x in lists[0] + lists[1])
     if parts != names or not counts or not all(SHA256.fullmatch(str(x)) for x in lists[2]):
         raise InputError(f"item {item}: its record names parts that are not its own")

@@ -381,7 +381,7 @@ class Parts:
                 record["shown_bad"] += bad[: SHOWN - len(record["shown_bad"])]
             else:
                 table = self.vectors(item["file"], first, lines)
-            name = f"part-{int(item['item']):06d}-{len(record['parts']):05d}.parquet"
+            name = commit.part_name(int(item["item"]), len(record["parts"]))
             size, digest = write_part(self.out / (name + commit.STAGED), table)
             record["part_stamp"].append(commit.stamp(self.out / (name + commit.STAGED)))  # as written, renamed
             record["parts"].append(name)
@@ -552,7 +552,7 @@ def silent(running: dict, heard: dict, times: list[float], lost: set, out: Path,
 def wrote_since(item: dict, out: Path, written: dict) -> bool:
     """Whether a part of `item` has been written since the last call (its newest modification time moved)."""
     newest = 0
-    for path in out.glob(f"part-{int(item['item']):06d}-*{commit.STAGED}"):
+    for path in out.glob(commit.parts_glob(int(item["item"])) + commit.STAGED):
         with contextlib.suppress(FileNotFoundError):  # committed or removed meanwhile
             newest = max(newest, path.stat().st_mtime_ns)
     moved, written[item["item"]] = newest > written.get(item["item"], 0), newest
@@ -612,8 +612,7 @@ def part_vectors(folder: Path, item: int | None = None) -> np.ndarray:
     parts' type (float32 where paraphrastic-mine wrote them)."""
     import pyarrow.parquet as pq
 
-    pattern = "part-*.parquet" if item is None else f"part-{item:06d}-*.parquet"
-    paths = sorted(folder.glob(pattern + commit.STAGED))
+    paths = sorted(folder.glob(commit.parts_glob(item) + commit.STAGED))
     tables = [pq.read_table(path, columns=["vector"]).column("vector").combine_chunks() for path in paths]
     if not tables:
         return np.zeros((0, 0), np.float32)
