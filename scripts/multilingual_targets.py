@@ -38,8 +38,6 @@ from paraphrastic.teacher import (
     save_npy,
 )
 
-LANGS = ("ar", "de", "es", "fr", "ru", "tr", "zh")
-
 
 def mix_teachers(use: np.ndarray, e5: np.ndarray, weight: float) -> np.ndarray:
     """Unit rows: (1 - weight) x USE's unit vectors + weight x e5's mapped into USE's space, by the least-squares affine
@@ -71,8 +69,9 @@ if __name__ == "__main__":
         langs.extend([lang] * len(lines) if isinstance(lang, str) else lang)
         vectors.append(encode_cached(teacher, USE_TEACHER, lines) if targets is None else targets)
 
-    for lang in LANGS:
-        lines = read_lines(args.run / f"mono.{lang}.txt")[: args.max_sentences]
+    for path in sorted(args.run.glob("mono.*.txt")):  # distill.txt's order: `cat mono.*.txt`
+        lang = path.name.split(".")[1]
+        lines = read_lines(path)[: args.max_sentences]
         if lang in args.second_teacher:
             e5 = encode_cached(load_teacher(E5_TEACHER), E5_TEACHER, lines)
             mixed = mix_teachers(encode_cached(teacher, USE_TEACHER, lines), e5, args.second_weight)

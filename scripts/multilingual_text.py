@@ -11,11 +11,15 @@ heldout-challenge.<lang>.tsv  with --challenge, --heldout Tatoeba-Challenge pair
                     Tatoeba's register (short everyday sentences), never trained on
 en.txt              the first --max-en English sentences of ENGLISH_TEXT (the English default's text)
 
-python scripts/multilingual_text.py DATA_DIR ENGLISH_TEXT OUT_DIR
+--langs names the languages (default the shipped model's seven); one with no monolingual text (Japanese) gets an
+empty mono file, and --wmt LANG ... adds the WMT systems' bitext of those languages only.
+
+python scripts/multilingual_text.py DATA_DIR OUT_DIR [--langs ar de es fr ja ru tr zh --wmt ja]
 """
 
 import argparse
 import collections
+import contextlib
 import gzip
 import itertools
 import random
@@ -35,6 +39,7 @@ CODES = {
     "ru": "ru|rus",
     "tr": "tr|tur",
     "zh": "zh|zho-CN|zho-TW",
+    "ja": "ja|jpn",
 }
 
 
@@ -60,7 +65,7 @@ def language_files(data: Path, lang: str) -> list[Path]:
 
 # Tatoeba-Challenge's and the LASER Tatoeba test set's codes of each language (Mandarin: `zho` and `cmn`)
 TATOEBA = {"ar": ("ara", "ara"), "de": ("deu", "deu"), "es": ("spa", "spa"), "fr": ("fra", "fra"),
-           "ru": ("rus", "rus"), "tr": ("tur", "tur"), "zh": ("zho", "cmn")}  # fmt: skip
+           "ru": ("rus", "rus"), "tr": ("tur", "tur"), "zh": ("zho", "cmn"), "ja": ("jpn", "jpn")}  # fmt: skip
 NEAR = 0.5  # a Tatoeba-Challenge sentence whose character trigrams overlap a test sentence's this much is dropped
 
 
@@ -156,23 +161,30 @@ def main() -> None:
     p.add_argument("--max-mono", type=int, default=200_000, help="monolingual sentences per language (200,000)")
     p.add_argument("--max-en", type=int, default=100_000, help="English sentences (100,000)")
     p.add_argument("--heldout", type=int, default=300, help="held-apart bitext pairs per language (300)")
-    p.add_argument("--wmt", action="store_true", help="add the WMT systems' bitext (the held-apart sets left out)")
+    p.add_argument("--langs", nargs="+", choices=sorted(CODES), default=list(LANGS), help="languages (the seven)")
+    p.add_argument("--wmt", nargs="*", metavar="LANG", help="add the WMT systems' bitext of LANG ... (none: of all)")
     p.add_argument("--challenge", action="store_true", help="add the Tatoeba-Challenge bitext (near-test pairs out)")
     args = p.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     never = wmt.held_apart_sentences(args.data_dir) if (args.data_dir / wmt.GROUPS).exists() else set()
+    with_wmt = set(args.langs if args.wmt == [] else args.wmt or [])
     if args.challenge:
-        near_english = NearTest([s for lang in LANGS for s in read_test(args.data_dir, TATOEBA[lang][1], "eng")])
+        english = {lang: read_test(args.data_dir, TATOEBA[lang][1], "eng") for lang in {*LANGS, *args.langs}}
+        near_english = NearTest([s for lang in LANGS for s in english[lang]])
+        # pairs near the English test sentences of a language beyond the seven are dropped from training after the
+        # held-apart pairs are drawn, so that those are the same with or without that language
+        near_added = NearTest([s for lang in args.langs if lang not in LANGS for s in english[lang]])
     train, challenge_held = [], set()  # the sides of held-apart Challenge pairs: trained in no language
-    for lang in LANGS:
-        with gzip.open(args.data_dir / "train" / "foreign_text" / f"{lang}.txt.gz", "rt", encoding="utf-8") as f:
+    for lang in args.langs:
+        mono_file = args.data_dir / "train" / "foreign_text" / f"{lang}.txt.gz"
+        with gzip.open(mono_file, "rt", encoding="utf-8") if mono_file.exists() else contextlib.nullcontext([]) as f:
             mono = distinct(line.strip() for line in f)
         random.Random(lang).shuffle(mono)
         write_lines(args.out_dir / f"mono.{lang}.txt", mono[: args.max_mono])
         pairs = list(dict.fromkeys(pair for path in bitext_files(args.data_dir, lang) for pair in bitext_pairs(path)))
         random.Random(lang).shuffle(pairs)
         held, rest = pairs[: args.heldout], pairs[args.heldout :]
-        if args.wmt:  # after the held-apart pairs are drawn, so that they are the same with or without
+        if lang in with_wmt:  # after the held-apart pairs are drawn, so that they are the same with or without
             known = set(rest)
             added = dict.fromkeys(pair for path in wmt_files(args.data_dir, lang) for pair in bitext_pairs(path))
             added = [pair for pair in added if pair[0] not in never and pair not in known]
@@ -195,6 +207,10 @@ def main() -> None:
         train += [(en, xx, lang) for en, xx in rest]
         print(f"{lang}: {min(len(mono), args.max_mono)} monolingual, {len(rest)} bitext pairs, {len(held)} held out")
     train = [pair for pair in train if pair[0] not in challenge_held and pair[1] not in challenge_held]
+    if args.challenge and near_added.test:
+        kept = [pair for pair in train if not near_added(pair[0])]
+        print(f"{len(train) - len(kept)} pairs near the English of the added languages' Tatoeba test dropped")
+        train = kept
     write_lines(args.out_dir / "bitext.tsv", ["\t".join(pair) for pair in train])
     with gzip.open(args.data_dir / "train" / "en_text" / "enwiki_2018_articles.txt.gz", "rt", encoding="utf-8") as f:
         english = [line.strip() for line in itertools.islice(f, args.max_en)]

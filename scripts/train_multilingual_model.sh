@@ -4,8 +4,9 @@
 # Resumable: a rerun skips the steps whose output exists (teacher vectors are cached by content under
 # $PARAPHRASTIC_CACHE, default ~/.cache/paraphrastic). Each step prints its time.
 #   1. text: monolingual sentences per language, bitext with English, 300 held-apart pairs per language (dev),
-#      100,000 English Wikipedia sentences (scripts/multilingual_text.py): the bitext is every file but the WMT
-#      systems' outputs (WMT=1 adds them) and Tatoeba-Challenge's, to which the Tatoeba-Challenge bitext is added
+#      100,000 English Wikipedia sentences (scripts/multilingual_text.py) of the LANGS (the seven above; LANGS="ar de
+#      es fr ru tr zh ja" adds Japanese, which has bitext only): the bitext is every file but the WMT systems' outputs
+#      (WMT=1 adds them, WMT="ja" those of the languages named) and Tatoeba-Challenge's, to which the Tatoeba-Challenge bitext is added
 #      (CHALLENGE=1, the default; CHALLENGE=0 leaves it out, as the model before did) less every pair with a side
 #      near a sentence of the Tatoeba test set, and 300 more held-apart pairs per language cut from it (a dev set
 #      of Tatoeba's register);
@@ -35,7 +36,7 @@ cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/multilingual}
 vocab=${VOCAB:-120000} dim=${DIM:-300} steps=${STEPS:-4000} seeds=${SEEDS:-4} relate=${RELATE:-5} repeat=${REPEAT:-ar=2} megabatch=${MEGABATCH:-4}
-wmt=${WMT:-0} challenge=${CHALLENGE:-1} spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5} precision=${PRECISION:-int8}
+langs=${LANGS:-ar de es fr ru tr zh} wmt=${WMT:-0} challenge=${CHALLENGE:-1} spans=${SPANS:-30000} second=${SECOND:-} second_weight=${SECOND_WEIGHT:-0.5} precision=${PRECISION:-int8}
 model=${MODEL_OUT:-data/models/multilingual.pt}
 mkdir -p "$out"
 step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its first steps on a sample)
@@ -43,7 +44,8 @@ step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its f
   [ "${STOP_AFTER:-}" != "$name" ] || exit 0
 }
 
-[ -f "$out/en.txt" ] || step text python scripts/multilingual_text.py "$data" "$out" $([ "$wmt" = 0 ] || echo --wmt) \
+wmt_args=; [ "$wmt" = 0 ] || wmt_args="--wmt $([ "$wmt" = 1 ] || echo "$wmt")"
+[ -f "$out/en.txt" ] || step text python scripts/multilingual_text.py "$data" "$out" --langs $langs $wmt_args \
   $([ "$challenge" = 0 ] || echo --challenge)
 if [ ! -f "$out/distill.txt" ]; then  # monolingual, then both sides of each bitext pair, then English
   step distill-text bash -c "{ cat '$out'/mono.*.txt && cut -f2 '$out/bitext.tsv' && cut -f1 '$out/bitext.tsv' && cat '$out/en.txt'; } > '$out/distill.tmp' && mv '$out/distill.tmp' '$out/distill.txt'"
@@ -74,10 +76,10 @@ for seed in $(seq 1 "$seeds"); do  # the same run with different seeds (data ord
       --relate '$out/relate.txt' '$out/relate.npy' --relate-weight $relate \
       --lr 0.001 --max-steps $steps --save-every 1000 && touch '$run/done'"
 done
-langs='["en", "ar", "de", "es", "fr", "ru", "tr", "zh"]'
+languages=$(printf ', "%s"' $langs)
 step center python scripts/center_model.py "${models[@]}" "$out/distill.txt" "$model" --powers 0 \
   --precision "$precision" \
   --dev-file "$data/sts/2017/en-en.tsv" "$data/sts/en/stsb/dev.tsv" "$out/sts12-train.tsv" \
-  --config "{\"multilingual\": true, \"languages\": $langs}"
+  --config "{\"multilingual\": true, \"languages\": [\"en\"$languages]}"
 step dev python scripts/multilingual_dev.py "$model" --heldout "$out" --data-dir "$data"
 step evaluate paraphrastic-evaluate --load-file "$model" --tasks sts,sts17,stsb,tatoeba,pud,flores --json "$out/eval.json"

