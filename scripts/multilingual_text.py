@@ -163,6 +163,7 @@ def main() -> None:
     p.add_argument("--heldout", type=int, default=300, help="held-apart bitext pairs per language (300)")
     p.add_argument("--langs", nargs="+", choices=sorted(CODES), default=list(LANGS), help="languages (the seven)")
     p.add_argument("--wmt", nargs="*", metavar="LANG", help="add the WMT systems' bitext of LANG ... (none: of all)")
+    p.add_argument("--max-wmt", type=int, help="at most this many WMT systems' pairs a language (default: all)")
     p.add_argument("--challenge", action="store_true", help="add the Tatoeba-Challenge bitext (near-test pairs out)")
     args = p.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -189,7 +190,7 @@ def main() -> None:
             added = dict.fromkeys(pair for path in wmt_files(args.data_dir, lang) for pair in bitext_pairs(path))
             added = [pair for pair in added if pair[0] not in never and pair not in known]
             random.Random(lang).shuffle(added)
-            rest += added
+            rest += added[: args.max_wmt]
         held_sides = {s for pair in held for s in pair}
         if args.challenge:  # after the other held-apart pairs, so that those are the same with or without
             known = set(rest) | set(held)

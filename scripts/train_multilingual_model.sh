@@ -6,7 +6,7 @@
 #   1. text: monolingual sentences per language, bitext with English, 300 held-apart pairs per language (dev),
 #      100,000 English Wikipedia sentences (scripts/multilingual_text.py) of the LANGS (the seven above; LANGS="ar de
 #      es fr ru tr zh ja" adds Japanese, which has bitext only): the bitext is every file but the WMT systems' outputs
-#      (WMT=1 adds them, WMT="ja" those of the languages named) and Tatoeba-Challenge's, to which the Tatoeba-Challenge bitext is added
+#      (WMT=1 adds them, WMT="ja" those of the languages named, WMT_MAX=N at most N a language) and Tatoeba-Challenge's, to which the Tatoeba-Challenge bitext is added
 #      (CHALLENGE=1, the default; CHALLENGE=0 leaves it out, as the model before did) less every pair with a side
 #      near a sentence of the Tatoeba test set, and 300 more held-apart pairs per language cut from it (a dev set
 #      of Tatoeba's register);
@@ -44,7 +44,7 @@ step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its f
   [ "${STOP_AFTER:-}" != "$name" ] || exit 0
 }
 
-wmt_args=; [ "$wmt" = 0 ] || wmt_args="--wmt $([ "$wmt" = 1 ] || echo "$wmt")"
+wmt_args=; [ "$wmt" = 0 ] || wmt_args="--wmt $([ "$wmt" = 1 ] || echo "$wmt") ${WMT_MAX:+--max-wmt $WMT_MAX}"
 [ -f "$out/en.txt" ] || step text python scripts/multilingual_text.py "$data" "$out" --langs $langs $wmt_args \
   $([ "$challenge" = 0 ] || echo --challenge)
 if [ ! -f "$out/distill.txt" ]; then  # monolingual, then both sides of each bitext pair, then English

@@ -122,7 +122,7 @@ def test_a_language_beyond_the_seven_comes_in_with_its_own_wmt_bitext_and_leaves
     sampled, tmp_path
 ):
     """--langs de ja --wmt ja: Japanese, which has no monolingual text, gets an empty mono file, its bitext and its
-    WMT systems' bitext (German gets none of the WMT systems' pairs); German's held-apart pairs are the same as
+    WMT systems' bitext (German gets none of the WMT systems' pairs; --max-wmt N at most N); German's held-apart pairs are the same as
     without Japanese, and a German pair whose English side is near an English sentence of the Japanese Tatoeba test
     (planted) leaves German's training text, and only that pair."""
     data = tmp_path / "data"
@@ -156,6 +156,9 @@ def test_a_language_beyond_the_seven_comes_in_with_its_own_wmt_bitext_and_leaves
     )
     with gzip.open(data / wmt.BITEXT / "en-de.tsv.gz", "rt", encoding="utf-8") as f:
         assert not {tuple(line.rstrip("\n").split("\t")) for line in f} & both["de"]
+    plain = text(tmp_path / "plain", "--langs", "de", "ja")["ja"]  # --max-wmt: at most that many WMT systems' pairs
+    capped = text(tmp_path / "capped", "--langs", "de", "ja", "--wmt", "ja", "--max-wmt", "20")["ja"]
+    assert plain < capped < both["ja"] and 15 <= len(capped - plain) <= 20 < len(both["ja"] - plain)
 
 
 def test_the_near_test_filter_gives_the_same_answer_under_every_hash_seed():
