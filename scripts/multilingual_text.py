@@ -170,11 +170,11 @@ def main() -> None:
     never = wmt.held_apart_sentences(args.data_dir) if (args.data_dir / wmt.GROUPS).exists() else set()
     with_wmt = set(args.langs if args.wmt == [] else args.wmt or [])
     if args.challenge:
-        english = {lang: read_test(args.data_dir, TATOEBA[lang][1], "eng") for lang in {*LANGS, *args.langs}}
-        near_english = NearTest([s for lang in LANGS for s in english[lang]])
+        test_english = {lang: read_test(args.data_dir, TATOEBA[lang][1], "eng") for lang in {*LANGS, *args.langs}}
+        near_english = NearTest([s for lang in LANGS for s in test_english[lang]])
         # pairs near the English test sentences of a language beyond the seven are dropped from training after the
         # held-apart pairs are drawn, so that those are the same with or without that language
-        near_added = NearTest([s for lang in args.langs if lang not in LANGS for s in english[lang]])
+        near_added = NearTest([s for lang in args.langs if lang not in LANGS for s in test_english[lang]])
     train, challenge_held = [], set()  # the sides of held-apart Challenge pairs: trained in no language
     for lang in args.langs:
         mono_file = args.data_dir / "train" / "foreign_text" / f"{lang}.txt.gz"
