@@ -6,7 +6,8 @@
 #   1. text: monolingual sentences per language, bitext with English, 300 held-apart pairs per language (dev),
 #      100,000 English Wikipedia sentences (scripts/multilingual_text.py) of the LANGS (the seven above; LANGS="ar de
 #      es fr ru tr zh ja" adds Japanese, which has bitext only): the bitext is every file but the WMT systems' outputs
-#      (WMT=1 adds them, WMT="ja" those of the languages named, WMT_MAX=N at most N a language) and Tatoeba-Challenge's, to which the Tatoeba-Challenge bitext is added
+#      (WMT=1 adds them, WMT="ja" those of the languages named, WMT_MAX=N at most N a language) and
+#      Tatoeba-Challenge's, to which the Tatoeba-Challenge bitext is added
 #      (CHALLENGE=1, the default; CHALLENGE=0 leaves it out, as the model before did) less every pair with a side
 #      near a sentence of the Tatoeba test set, and 300 more held-apart pairs per language cut from it (a dev set
 #      of Tatoeba's register);

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import ROOT, need, shared_data_or_skip
-from multilingual_text import trigrams
+from multilingual_text import bitext_pairs, trigrams
 
 from paraphrastic.models import load_model
 from paraphrastic.preprocess import wmt
@@ -32,9 +32,9 @@ SEVEN = ("ara", "deu", "spa", "fra", "rus", "tur", "cmn")  # the Tatoeba test se
 
 
 def sample(data, root, lines: int = 150):
-    """A data folder of `data`'s layout with the first lines of each training and dev file and of the seven
-    Tatoeba test sets and Japanese's; of the WMT groups, the first 10 of each test set, so that the held-apart ones are there to be
-    kept out."""
+    """A data folder of `data`'s layout with the first lines of each training and dev file and of the Tatoeba test
+    sets of the seven and Japanese; of the WMT groups, the first 10 of each test set, so that the held-apart ones are
+    there to be kept out."""
     tatoeba = [data / "tatoeba" / f"{lang}-eng.{side}" for lang in (*SEVEN, "jpn") for side in (lang, "eng")]
     for path in [*(data / "train").glob("**/*.gz"), *(data / "sts").glob("**/*.tsv"), *tatoeba]:
         head(path, root / path.relative_to(data), lines)
@@ -122,9 +122,9 @@ def test_a_language_beyond_the_seven_comes_in_with_its_own_wmt_bitext_and_leaves
     sampled, tmp_path
 ):
     """--langs de ja --wmt ja: Japanese, which has no monolingual text, gets an empty mono file, its bitext and its
-    WMT systems' bitext (German gets none of the WMT systems' pairs; --max-wmt N at most N); German's held-apart pairs are the same as
-    without Japanese, and a German pair whose English side is near an English sentence of the Japanese Tatoeba test
-    (planted) leaves German's training text, and only that pair."""
+    WMT systems' bitext (German gets none of the WMT systems' pairs; --max-wmt N at most N of them); German's
+    held-apart pairs are the same as without Japanese, and a German pair whose English side is near an English
+    sentence of the Japanese Tatoeba test (planted) leaves German's training text, and only that pair."""
     data = tmp_path / "data"
     shutil.copytree(sampled, data)
 
@@ -149,13 +149,9 @@ def test_a_language_beyond_the_seven_comes_in_with_its_own_wmt_bitext_and_leaves
     for name in ("heldout.de.tsv", "heldout-challenge.de.tsv", "mono.de.txt"):
         assert (tmp_path / "de-ja" / name).read_bytes() == (tmp_path / "de" / name).read_bytes(), name
     assert (tmp_path / "de-ja" / "mono.ja.txt").read_text() == "" and set(both) == {"de", "ja"}
-    with gzip.open(data / wmt.BITEXT / "en-ja.tsv.gz", "rt", encoding="utf-8") as f:
-        systems = {tuple(line.rstrip("\n").split("\t")) for line in f}
-    assert len(systems & both["ja"]) > 100 and not {s for pair in both["ja"] for s in pair} & wmt.held_apart_sentences(
-        data
-    )
-    with gzip.open(data / wmt.BITEXT / "en-de.tsv.gz", "rt", encoding="utf-8") as f:
-        assert not {tuple(line.rstrip("\n").split("\t")) for line in f} & both["de"]
+    assert len(set(bitext_pairs(data / wmt.BITEXT / "en-ja.tsv.gz")) & both["ja"]) > 100
+    assert not {s for pair in both["ja"] for s in pair} & wmt.held_apart_sentences(data)
+    assert not set(bitext_pairs(data / wmt.BITEXT / "en-de.tsv.gz")) & both["de"]
     plain = text(tmp_path / "plain", "--langs", "de", "ja")["ja"]  # --max-wmt: at most that many WMT systems' pairs
     capped = text(tmp_path / "capped", "--langs", "de", "ja", "--wmt", "ja", "--max-wmt", "20")["ja"]
     assert plain < capped < both["ja"] and 15 <= len(capped - plain) <= 20 < len(both["ja"] - plain)
