@@ -248,7 +248,7 @@ def encode_teachers(
     """Several teachers combined: each one's cached vectors of `texts` (`teachers` maps names to teachers), scaled to
     unit length and set side by side, float32. The cosine of two such rows is the mean of the teachers' cosines, so
     every teacher counts alike; a teacher pair of different makings (all-MiniLM-L6-v2 and USE) beats either.
-    `weights` (name -> w, default 1) scales a teacher's block by w: its cosine then counts w^2 in that mean."""
+    `weights` (name -> w, default 1) scales a teacher's block by w: the mean is then weighted, its cosine counting w^2."""
     parts = []
     for name, teacher in teachers.items():
         weight = (weights or {}).get(name, 1.0)

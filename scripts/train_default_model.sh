@@ -41,6 +41,9 @@ data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
 wmt=${WMT:-0} model=${MODEL_OUT:-data/models/default.pt} nested=${NESTED:-}
 vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} neighbours=${NEIGHBOURS:-3} soft=${SOFT:-0.05} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3} weights=${WEIGHTS:-} device=${DEVICE:-cpu}
+if [ -n "$weights" ] && { ! [[ "$weights" =~ ^[0-9.]+(,[0-9.]+)*$ ]] || [ "$(tr -cd , <<< "$weights")" != "$(tr -cd , <<< "$teachers")" ]; }; then
+  echo "error: WEIGHTS=$weights: give one number per teacher of TEACHERS ($teachers), comma-separated" >&2; exit 2
+fi
 mkdir -p "$out"
 step() {  # STOP_AFTER=NAME ends the recipe after that step (the tests run its first steps on a sample)
   local name=$1; shift; local t0=$SECONDS; echo "== $name" >&2; "$@"; echo "== $name: $((SECONDS - t0)) s" >&2
