@@ -18,8 +18,6 @@ import contextlib
 import functools
 import gc
 import glob
-import hashlib
-import io
 import json
 import logging
 import os
@@ -413,40 +411,23 @@ def keyed(file: str, first: int, count: int):
     return pa.table({"file": pa.array([file] * count, pa.string()), "line": pa.array(np.arange(first, first + count))})
 
 
-class Hashed(io.RawIOBase):
-    """A file opened for writing that takes the sha256 of what passes through it: a part's checksum as it is
-    written, without a second read or a copy of the whole part in memory."""
-
-    def __init__(self, file):
-        self.file, self.sha256, self.size = file, hashlib.sha256(), 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        self.sha256.update(data)
-        self.size += len(data)
-        return self.file.write(data)
-
-    def tell(self) -> int:
-        return self.size
-
-
 def write_part(path: Path, table) -> tuple[int, str]:
     """Write one Parquet part under a temporary name, then rename it (a retried task writes the same name: the part
-    is whole, once); returns its size and sha256, taken as written, kept by its commit record and the manifest for
-    --resume and read_parts. By polars: pyarrow's writer walks a fixed-size list value by value (2.2x the CPU)."""
+    is whole, once); returns its size and sha256, taken from the file before the rename, kept by its commit record
+    and the manifest for --resume and read_parts. By polars, to the path itself: pyarrow's writer walks a
+    fixed-size list value by value (2.2x the CPU), and polars writing through a Python file object waits on it
+    (a part took 0.20 s against 0.15 s written, then hashed from the page cache)."""
     import polars as pl
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f, Hashed(f) as sink:
-            pl.from_arrow(table).write_parquet(sink, **PART_OPTIONS)
+        pl.from_arrow(table).write_parquet(tmp, **PART_OPTIONS)
+        size, digest = tmp.stat().st_size, file_digest(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a full disk leaves no half part behind
         raise
-    return sink.size, sink.sha256.hexdigest()
+    return size, digest
 
 
 def run(items: list[dict], out: Path, workers: int, actor: type | None = None,

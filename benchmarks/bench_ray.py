@@ -8,7 +8,8 @@ Parquet parts written) and `paraphrastic-embed --threads CORES` on their concate
 a whole command, start-up included, --repeats times in turn; the median ratio of their throughputs (this machine is
 noisy: one pair alone can be off by a third); and the Ray driver's peak RSS (VmHWM of the
 command's own process: the vectors never pass through it); and how busy the machine's cores were over each
-command (from /proc/stat): near 100% means the gap is work done, not time spent waiting.
+command (from /proc/stat): near 100% means the gap is work done, not time spent waiting; and where the Ray
+command's CPU seconds go (its actors, its driver, Ray's own processes) beside the local command's.
 
     python benchmarks/bench_ray.py --item
 
@@ -22,6 +23,7 @@ instead), median of --repeats.
 from __future__ import annotations
 
 import argparse
+import collections
 import gzip
 import os
 import shutil
@@ -46,24 +48,60 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(ticks), ticks[3] + ticks[4]  # idle and iowait
 
 
-def timed(cmd: list[str]) -> tuple[float, int, float]:
+def process_kind(proc, command: int) -> str:
+    """What a process of a timed command's tree is: the command itself, a Ray actor (a worker process), or another
+    of its descendants (Ray's own processes: raylet, GCS, agents, monitors; or the local command's workers)."""
+    if proc.pid == command:
+        return "command"
+    try:
+        actor = proc.name().startswith("ray::") or "default_worker" in " ".join(proc.cmdline())
+    except Exception:  # gone meanwhile
+        return "other"
+    return "actors" if actor else "other"
+
+
+def sample_tree(command: int, seen: dict) -> None:
+    """Note the CPU seconds so far of the command and each of its descendants, by (pid, start time): a process
+    that ends between two samples keeps its last ones."""
+    import psutil  # Ray's own dependency
+
+    try:
+        tree = [psutil.Process(command), *psutil.Process(command).children(recursive=True)]
+    except psutil.Error:
+        return
+    for proc in tree:
+        try:
+            key, spent = (proc.pid, proc.create_time()), sum(proc.cpu_times()[:2])
+            seen.setdefault(key, [process_kind(proc, command), 0.0])[1] = spent
+        except psutil.Error:
+            pass
+
+
+def timed(cmd: list[str]) -> tuple[float, int, float, dict[str, float]]:
     """(wall seconds, peak RSS in KiB of the command's own process, the share of the cores' time spent busy while
-    it ran) of a command that must succeed."""
+    it ran, and the CPU seconds of its process tree by kind, sampled every half second) of a command that must
+    succeed."""
     ticks = cpu_ticks()
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = 0
+    peak, seen, k = 0, {}, 0
     while proc.poll() is None:
         try:
             status = Path(f"/proc/{proc.pid}/status").read_text()
             peak = max(peak, next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")))
         except (OSError, StopIteration):
             pass
+        if k % 5 == 0:
+            sample_tree(proc.pid, seen)
+        k += 1
         time.sleep(0.1)
     if proc.returncode:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr.read()[-3000:]}")
     wall, (total, idle) = time.perf_counter() - start, [b - a for a, b in zip(ticks, cpu_ticks(), strict=True)]
-    return wall, peak, 1 - idle / total if total > 0 else float("nan")
+    spent = collections.Counter()
+    for kind, seconds in seen.values():
+        spent[kind] += seconds
+    return wall, peak, 1 - idle / total if total > 0 else float("nan"), dict(spent)
 
 
 def write_files(folder: Path, lines: int, files: int) -> Path:
@@ -186,27 +224,36 @@ def main() -> None:
     print("| lines | ray (sent/s) | paraphrastic-embed (sent/s) | ray / local | range | ray driver peak RSS "
           "| cores busy (ray / local) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
+    notes = []
     for size in map(int, args.sizes.split(",")):
         with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks") as tmp:
             folder = Path(tmp)
             (folder / "in").mkdir()
             whole = write_files(folder, size, args.files)
-            rays, locals_, drivers, busy = [], [], [], []
+            rays, locals_, drivers, busy, spent = [], [], [], [], []
             embed = str(BIN / "paraphrastic-embed")
             for k in range(args.repeats):
-                ray_s, driver, ray_busy = timed([embed, "--engine", "ray", "--input", str(folder / "in" / "*"),
-                                                 "--output-dir", str(folder / f"out{k}"), "--quiet"])  # fmt: skip
+                ray_s, driver, ray_busy, ray_cpu = timed([embed, "--engine", "ray", "--input",
+                                                          str(folder / "in" / "*"), "--output-dir",
+                                                          str(folder / f"out{k}"), "--quiet"])  # fmt: skip
                 shutil.rmtree(folder / f"out{k}")  # one output on disk at a time (20,000,000 lines: 20 GB each)
-                local_s, _, local_busy = timed([embed, "--sentence-file", str(whole), "--output-file",
-                                                str(folder / "all.npy"), "--threads", str(cores), "--quiet"])  # fmt: skip
+                local_s, _, local_busy, local_cpu = timed([embed, "--sentence-file", str(whole), "--output-file",
+                                                           str(folder / "all.npy"), "--threads", str(cores),
+                                                           "--quiet"])  # fmt: skip
                 (folder / "all.npy").unlink()
                 rays, locals_, drivers = rays + [ray_s], locals_ + [local_s], drivers + [driver]
                 busy.append((ray_busy, local_busy))
+                spent.append((ray_cpu, local_cpu))
             ratios = sorted(local / ray for ray, local in zip(rays, locals_, strict=True))
             print(f"| {size:,} | {size / statistics.median(rays):,.0f} | {size / statistics.median(locals_):,.0f} | "
                   f"{statistics.median(ratios):.0%} | {ratios[0]:.0%}-{ratios[-1]:.0%} | "
                   f"{max(drivers) / 1024:,.0f} MiB | {statistics.median(b[0] for b in busy):.0%} / "
                   f"{statistics.median(b[1] for b in busy):.0%} |", flush=True)  # fmt: skip
+            notes += [f"{size:,} lines, pair {k + 1}: ray {sum(ray.values()):.0f} core-s (actors "
+                      f"{ray.get('actors', 0):.0f}, driver {ray.get('command', 0):.0f}, Ray's own processes "
+                      f"{ray.get('other', 0):.0f}), local {sum(local.values()):.0f}"
+                      for k, (ray, local) in enumerate(spent)]  # fmt: skip
+    print("CPU seconds of each command's processes (sampled every 0.5 s):", *notes, sep="\n  ")
 
 
 if __name__ == "__main__":
