@@ -666,8 +666,8 @@ def main_files(args, kind: str, **parts) -> int:
     items not yet committed on the actors, publish. `kind` is embed or score; `parts`: what Parts takes beyond
     the model (score=True to score)."""
     files = input_files(args.input, parts.get("text_column") if kind == "embed" else None)
-    model = load_encoder(args.load_file)  # a bad model fails here, in one line, not in every actor
-    check_truncate_dim(model.dim, parts.get("truncate_dim"))
+    dim = load_encoder(args.load_file).dim  # a bad model fails here, in one line, not in every actor; not kept
+    check_truncate_dim(dim, parts.get("truncate_dim"))
     ray_module(local=not args.address)
     out = Path(args.output_dir)
     for f in files:
