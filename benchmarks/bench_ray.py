@@ -51,11 +51,13 @@ def cpu_ticks() -> tuple[int, int]:
 def process_kind(proc, command: int) -> str:
     """What a process of a timed command's tree is: the command itself, a Ray actor (a worker process), or another
     of its descendants (Ray's own processes: raylet, GCS, agents, monitors; or the local command's workers)."""
+    import psutil
+
     if proc.pid == command:
         return "command"
     try:
         actor = proc.name().startswith("ray::") or "default_worker" in " ".join(proc.cmdline())
-    except Exception:  # gone meanwhile
+    except psutil.Error:  # gone meanwhile
         return "other"
     return "actors" if actor else "other"
 
