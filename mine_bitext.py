@@ -392,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             if foreign := foreign_warning(stats, f"the first lines of {path}"):
                 print(foreign, file=sys.stderr)
     if args.engine == "ray":
+        del model  # checked; the tasks load their own, and the driver holds no table through the run
         return mine_on_ray(args, files)
     start = time.perf_counter()
     scans = [mined_rows(path, bool(args.paraphrase), args) for path in files]
