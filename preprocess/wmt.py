@@ -39,6 +39,17 @@ def training_groups(data: Path) -> list[list[str]]:
     return [group for group in groups if len(group) > 1]
 
 
+def training_pairs(data: Path) -> Iterator[tuple[str, str]]:
+    """The pairs file's paraphrase pairs (low overlap, at most 6 a group) with no held-apart sentence on either side,
+    in file order: margin-loss pairs for the English recipe's MARGIN."""
+    held = held_apart_sentences(data)
+    with gzip.open(data / PAIRS, "rt", encoding="utf-8") as f:
+        for line in f:
+            a, b = line.rstrip("\n").split("\t")
+            if a not in held and b not in held:
+                yield a, b
+
+
 def words(sentence: str) -> set[str]:
     return set(re.findall(r"\w+", sentence.lower()))
 

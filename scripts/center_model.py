@@ -1,12 +1,13 @@
 """The last step of a recipe: centre a trained SP model's rows on a sample of its training sentences and whiten
 them by the power that scores best on the dev sets (mean Pearson; `teacher.center_rows`), then save it in float16
-(or --precision int8: a quarter of float32's bytes, for more pieces within the same file size).
+(or --precision int8: a quarter of float32's bytes, for more pieces within the same file size). --sif-a A then
+scales each row by A / (A + p(piece)), p counted on SENTENCES (SIF's weights: frequent pieces count less).
 Given several trained models (one recipe run with different seeds), their tables are averaged first
 (`teacher.average_rows`). Only dev sets choose; the powers tried and their dev figures are printed.
 
     python scripts/center_model.py TRAINED.pt [TRAINED2.pt ...] SENTENCES.txt OUT.pt --dev-file A.tsv B.tsv ...
         [--powers 0 0.1 0.2]
-        [--config '{"multilingual": true}'] [--precision int8]
+        [--config '{"multilingual": true}'] [--precision int8] [--sif-a 0.03]
 """
 
 import argparse
@@ -15,12 +16,14 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from paraphrastic.cli import at_least
 from paraphrastic.evaluate import score_sts_file
 from paraphrastic.fileio import read_lines
 from paraphrastic.models import from_checkpoint, load_model
 from paraphrastic.options import STORED_PRECISIONS
-from paraphrastic.teacher import average_rows, center_rows
+from paraphrastic.teacher import average_rows, center_rows, piece_probabilities
 
 
 def dev_mean(model, dev_files: list[Path]) -> float:
@@ -30,6 +33,13 @@ def dev_mean(model, dev_files: list[Path]) -> float:
 def stored(model, precision: str):
     """The model as it reads back from a file in `precision`: the dev sets judge what ships."""
     return model if precision == "float32" else from_checkpoint(model.checkpoint(precision=precision), Path("model"))
+
+
+def weight_pieces(model, sentences: Path, a: float) -> None:
+    """Scale each row by a / (a + p(piece)), p the piece's share of `sentences` once cut into pieces."""
+    weights = a / (a + piece_probabilities(model.tokenizer, sentences))
+    with torch.no_grad():
+        model.embedding.weight.mul_(torch.from_numpy(weights.astype(np.float32))[:, None])
 
 
 def main() -> None:
@@ -48,6 +58,11 @@ def main() -> None:
         default="float16",
         help="how the table is stored (default %(default)s)",
     )
+    p.add_argument(
+        "--sif-a",
+        type=at_least(1e-12, float),
+        help="after whitening, weight each row by A / (A + p(piece)) (default: not)",
+    )
     args = p.parse_args()
     lines = read_lines(args.sentences)
     sample = [lines[i] for i in np.random.default_rng(0).choice(len(lines), min(100_000, len(lines)), replace=False)]
@@ -62,6 +77,11 @@ def main() -> None:
             best = (score, power, model)
     score, power, model = best
     model.config.update(centered=True, whitening=power, **args.config)
+    if args.sif_a:
+        weight_pieces(model, args.sentences, args.sif_a)
+        score = dev_mean(stored(model, args.precision), args.dev_file)
+        model.config.update(sif_after_training=args.sif_a)
+        print(f"rows weighted by {args.sif_a} / ({args.sif_a} + p(piece)): dev mean {score:.2f}", flush=True)
     model.save(args.out, precision=args.precision)
     print(f"kept power {power} (dev mean {score:.2f}): {args.out}")
 

@@ -16,7 +16,7 @@
 #      a = 1e-3;
 #   4. word-level targets: each word seen 3 times or more in the LABELLED sentences (about 53,000), with all-MiniLM-L6-v2's
 #      mean contextual output for it (teacher.contextual_word_vectors; cached by content like the sentence vectors);
-#   5. paraphrastic-train: distillation only: 1 - cos toward the PCA'd teacher vector, plus CONTRASTIVE (20) x an
+#   5. paraphrastic-train: 1 - cos toward the PCA'd teacher vector, plus CONTRASTIVE (20) x an
 #      in-batch InfoNCE loss (each sentence nearest its own target among the batch's, temperature 0.1; CONTRASTIVE=0
 #      turns it off), plus RELATE (30) x the relational loss on batches of words (their cosines as the word-level
 #      targets'; RELATE=0 turns it off), 512 sentences per update: 128 drawn in order, each followed by its
@@ -24,8 +24,12 @@
 #      contrastive term, whose labels are the teachers' own distribution over the batch at temperature SOFT, 0.05;
 #      NEIGHBOURS=0 SOFT=0 give random batches and one-hot labels), lr 0.001, 6000 updates; best.pt chosen every 500
 #      on the mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train; NESTED="64 128" adds every loss on the
-#      vectors' first 64 and 128 values too (--nested-dims);
-#   6. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose
+#      vectors' first 64 and 128 values too (--nested-dims); plus MARGIN (1) x the paper's margin loss on the WMT
+#      systems' paraphrase pairs (139,817 of the pairs file's, none with a held-apart sentence:
+#      wmt.training_pairs), hardest negatives from MEGABATCH (10) batches of 128 (MARGIN=0: none; the recipe then
+#      reads the caption pairs and teaches nothing from them, as the default before it did);
+#   6. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose, then
+#      weighted by SIF / (SIF + p(piece)) (0.03; p counted on the distillation text; SIF=0: not weighted)
 #      (scripts/center_model.py), stored in PRECISION (int8: one bfloat16 scale per row, so that 80,000 rows fit
 #      25 MiB; 48,000 pieces at float16 made the previous default). DIM=512 VOCAB=48000 makes the wider model the
 #      model card describes (the same dev gain as more pieces, but 15% slower in small batches).
@@ -39,7 +43,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-wmt=${WMT:-0} model=${MODEL_OUT:-data/models/default.pt} nested=${NESTED:-}
+wmt=${WMT:-0} margin=${MARGIN:-1} megabatch=${MEGABATCH:-10} sif=${SIF:-0.03} model=${MODEL_OUT:-data/models/default.pt} nested=${NESTED:-}
 vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} neighbours=${NEIGHBOURS:-3} soft=${SOFT:-0.05} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3} weights=${WEIGHTS:-} device=${DEVICE:-cpu}
 if [ -n "$weights" ] && { ! [[ "$weights" =~ ^[0-9.]+(,[0-9.]+)*$ ]] || [ "$(tr -cd , <<< "$weights")" != "$(tr -cd , <<< "$teachers")" ]; }; then
   echo "error: WEIGHTS=$weights: give one number per teacher of TEACHERS ($teachers), comma-separated" >&2; exit 2
@@ -66,6 +70,18 @@ out, vocab = Path(sys.argv[1]), int(sys.argv[2])
 PY
 if [ "$wmt" != 0 ] && [ ! -f "$out/wmt.txt" ]; then
   step wmt-sentences bash -c "python scripts/english_sentences.py '$data' --wmt > '$out/wmt.tmp' && mv '$out/wmt.tmp' '$out/wmt.txt'"
+fi
+pairs="$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz"  # read, not taught, at MARGIN=0
+if [ "$margin" != 0 ]; then
+  pairs="$out/wmt-pairs.tsv"
+  [ -f "$pairs" ] || step wmt-pairs python - "$data" "$pairs" <<'PY'
+import sys
+from pathlib import Path
+from paraphrastic.fileio import atomic_output
+from paraphrastic.preprocess.wmt import training_pairs
+with atomic_output(sys.argv[2], "w") as f:
+    f.writelines(f"{a}\t{b}\n" for a, b in training_pairs(Path(sys.argv[1])))
+PY
 fi
 { head -n "$labelled" "$out/distill.txt"; [ "$wmt" = 0 ] || head -n "$wmt" "$out/wmt.txt"; } > "$out/labelled.txt"  # targets.npy's rows
 [ -f "$out/targets.npy" ] || step teacher python - "$out" "$dim" "$teachers" "$device" "$weights" <<'PY'
@@ -109,10 +125,11 @@ fi
 [ -f "$out/train/best.pt" ] && [ ! -f "$out/train/resume.pt" -o -f "$out/train/done" ] || step train bash -c "
   resume=; [ -f '$out/train/resume.pt' ] && resume=--resume
   paraphrastic-train --init-from '$out/init.pt' --output-dir '$out/train' \$resume --device $device \
-    --train-file '$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz' --margin-weight 0 --megabatch-size 1 \
+    --train-file '$pairs' --margin-weight $margin --megabatch-size $megabatch \
     --distill '$out/labelled.txt' '$out/targets.npy' --distill-batch-size 512 \
     --distill-contrastive $contrastive --distill-temperature 0.1 --distill-neighbours $neighbours --distill-soft $soft \
     $relate_args ${nested:+--nested-dims $nested} \
     --lr 0.001 --max-steps 6000 --save-every 500 --dev-file $(printf "'%s' " "${dev[@]}")&& touch '$out/train/done'"
-step center python scripts/center_model.py "$out/train/best.pt" "$out/distill.txt" "$model" --precision "$precision" --dev-file "${dev[@]}"
+sif_args=; [ "$sif" = 0 ] || sif_args="--sif-a $sif"
+step center python scripts/center_model.py "$out/train/best.pt" "$out/distill.txt" "$model" --precision "$precision" --dev-file "${dev[@]}" $sif_args
 step evaluate paraphrastic-evaluate --load-file "$model" --tasks sts,sts17,stsb,sick --json "$out/eval.json"

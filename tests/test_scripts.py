@@ -380,3 +380,27 @@ def test_the_readme_and_docs_python_examples_run(tmp_path):
     subprocess.run(export, cwd=tmp_path, check=True, capture_output=True, timeout=120)
     for example in (other, adapters):
         subprocess.run([sys.executable, "-c", example], cwd=tmp_path, check=True, capture_output=True, timeout=120)
+
+
+def test_center_model_weights_each_row_by_its_pieces_share_after_whitening(tiny_model_file, tmp_path, monkeypatch):
+    """scripts/center_model.py --sif-a A: the model it writes without the option, each row then scaled by
+    A / (A + p(piece)), p the piece's share of the sentences file (frequent pieces count less)."""
+    import center_model
+    import torch
+
+    from paraphrastic.teacher import piece_probabilities
+
+    sentences, dev = tmp_path / "sentences.txt", tmp_path / "dev.tsv"
+    sentences.write_text("".join(s + "\n" for s in generated_sentences(200, seed=5)), encoding="utf-8")
+    a, b = generated_sentences(40, seed=6), generated_sentences(40, seed=7)
+    dev.write_text("".join(f"{k % 6}\t{x}\t{y}\n" for k, (x, y) in enumerate(zip(a, b, strict=True))), encoding="utf-8")
+    for name, extra in (("plain.pt", []), ("sif.pt", ["--sif-a", "0.01"])):
+        argv = [str(tiny_model_file), str(sentences), str(tmp_path / name), "--dev-file", str(dev), "--powers", "0.2"]
+        monkeypatch.setattr(sys, "argv", ["center_model.py", *argv, "--precision", "float32", *extra])
+        center_model.main()
+    plain, sif = load_model(tmp_path / "plain.pt"), load_model(tmp_path / "sif.pt")
+    p = torch.from_numpy(piece_probabilities(plain.tokenizer, sentences)).float()
+    assert p.max() > 0.01  # some pieces are frequent enough to be weighted down by half or more
+    torch.testing.assert_close(sif.embedding.weight, plain.embedding.weight * (0.01 / (0.01 + p))[:, None])
+    assert sif.config["sif_after_training"] == 0.01 and "sif_after_training" not in plain.config
+    assert sif.config["whitening"] == plain.config["whitening"] == 0.2

@@ -30,7 +30,7 @@ def small_data(root):
             "generaltest2022.zh-en\t2\tHello there.",
         ],
     )
-    write_gz(root / wmt.PAIRS, ["The cat sat down.\tA cat sat."])
+    write_gz(root / wmt.PAIRS, ["The cat sat down.\tA cat sat.", "Prices rose in May.\tPrices went up in May."])
     write_gz(root / wmt.BITEXT / "en-he.tsv.gz", ["Prices rose in May.\tמחירים", "Rain is coming.\tגשם"])
     write_gz(root / "train/en_paraphrase/captions.pairs.tsv.gz", ["A dog runs.\tA dog is running."])
     write_gz(root / "train/bitext/newstest/en-de.2019.tsv.gz", ["Good morning.\tGuten Morgen."])
@@ -60,6 +60,10 @@ def test_a_dev_pair_is_the_reference_and_its_least_overlapping_paraphrase(tmp_pa
     assert wmt.overlap("a b c", "c d") == 0.5 and wmt.overlap("", "a") == 0.0
 
 
+def test_margin_pairs_drop_every_pair_with_a_held_apart_side(tmp_path):
+    assert list(wmt.training_pairs(small_data(tmp_path))) == [("The cat sat down.", "A cat sat.")]
+
+
 def test_the_scripts_keep_the_held_apart_sets_out(tmp_path):
     data = small_data(tmp_path)
     run = [sys.executable, str(ROOT / "scripts/english_sentences.py"), str(data)]
@@ -74,5 +78,7 @@ def test_no_held_apart_sentence_is_in_the_real_training_text(shared_data):
     held, base = wmt.held_apart_sentences(shared_data), set(english_training_sentences(shared_data))
     assert len(held & base) < 30  # a few short ones the older text holds ("Yes.", "Thank you in advance.")
     assert not held & set(wmt.english_sentences(shared_data, exclude=base))
+    pairs = list(wmt.training_pairs(shared_data))
+    assert len(pairs) > 100_000 and not held & {s for pair in pairs for s in pair}
     dev = wmt.dev_pairs(shared_data, exclude=base)
     assert len(dev) > 3_000 and not base & {s for pair in dev for s in pair}
