@@ -352,11 +352,15 @@ def fit_pca(vectors: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
     return mean, vt[:dim].T.copy()
 
 
+def sif_weights(probabilities: np.ndarray, a: float) -> np.ndarray:
+    """Each piece's weight a / (a + p(piece)) (SIF's): frequent pieces count less in a sentence average."""
+    return a / (a + probabilities)
+
+
 def initial_table(pieces: np.ndarray, probabilities: np.ndarray, pca: tuple, sif_a: float) -> np.ndarray:
     """Projected piece vectors, each scaled by its weight a / (a + p)."""
     mean, components = pca
-    weights = sif_a / (sif_a + probabilities)
-    return ((pieces - mean) @ components * weights[:, None]).astype(np.float32)
+    return ((pieces - mean) @ components * sif_weights(probabilities, sif_a)[:, None]).astype(np.float32)
 
 
 def save_npy(path: Path, value: np.ndarray) -> None:

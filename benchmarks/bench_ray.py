@@ -68,7 +68,8 @@ def sample_tree(command: int, seen: dict) -> None:
     import psutil  # Ray's own dependency
 
     try:
-        tree = [psutil.Process(command), *psutil.Process(command).children(recursive=True)]
+        root = psutil.Process(command)
+        tree = [root, *root.children(recursive=True)]
     except psutil.Error:
         return
     for proc in tree:

@@ -23,7 +23,7 @@ from paraphrastic.evaluate import score_sts_file
 from paraphrastic.fileio import read_lines
 from paraphrastic.models import from_checkpoint, load_model
 from paraphrastic.options import STORED_PRECISIONS
-from paraphrastic.teacher import average_rows, center_rows, piece_probabilities
+from paraphrastic.teacher import average_rows, center_rows, piece_probabilities, sif_weights
 
 
 def dev_mean(model, dev_files: list[Path]) -> float:
@@ -37,7 +37,7 @@ def stored(model, precision: str):
 
 def weight_pieces(model, sentences: Path, a: float) -> None:
     """Scale each row by a / (a + p(piece)), p the piece's share of `sentences` once cut into pieces."""
-    weights = a / (a + piece_probabilities(model.tokenizer, sentences))
+    weights = sif_weights(piece_probabilities(model.tokenizer, sentences), a)
     with torch.no_grad():
         model.embedding.weight.mul_(torch.from_numpy(weights.astype(np.float32))[:, None])
 
