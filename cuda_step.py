@@ -52,12 +52,22 @@ def distinct_rows(ids: torch.Tensor, spare: int, size: int, real: torch.Tensor |
     return Distinct(rows, torch.empty_like(slot).scatter_(-1, order, slot), order, starts)
 
 
+def gpu_bag_sums(values: torch.Tensor):
+    """kernels.bag_sums where `values` lie on a GPU and Triton is at hand, else None (embedding_bag)."""
+    if not values.is_cuda:
+        return None
+    from paraphrastic import kernels
+
+    return kernels.bag_sums if kernels.usable(values) else None
+
+
 class _BagSums(torch.autograd.Function):
     """Each bag's sum of the rows of `sub` its ids name (ids [bounds[b], bounds[b + 1]) as `local` slots), with
     dropout `p` on those rows. The gradient of a distinct row sums its ids' bags' gradients in the sorted order
     (`order`, segment `starts`), in one fixed order (the same bits every run, no atomics). Without dropout both ways
-    are one embedding_bag, which reads the rows where they lie: no ids x dim tensor is written, where a gather then
-    a segment sum wrote and read one (the same sums in the same order: the same bits)."""
+    are one bag sum, which reads the rows where they lie: no ids x dim tensor is written, where a gather then a
+    segment sum wrote and read one. On a GPU with Triton the bag sum is kernels.bag_sums (in its own fixed order),
+    elsewhere embedding_bag (the same sums in the same order as the segment sums: the same bits)."""
 
     @staticmethod
     def forward(ctx, sub, local, order, starts, bounds, owner, p: float):
@@ -65,6 +75,8 @@ class _BagSums(torch.autograd.Function):
         if p > 0:
             rows, mask = torch.native_dropout(sub.index_select(0, local), p, True)
             sums = torch.segment_reduce(rows, "sum", offsets=bounds, unsafe=True)
+        elif (kernel := gpu_bag_sums(sub)) is not None:
+            sums = kernel(sub, local, bounds)
         else:  # the ids past bounds[-1] make one more bag, the padding's, dropped
             sums = F.embedding_bag(local, sub, bounds, mode="sum")[:-1]
         ctx.save_for_backward(owner, order, starts, mask)
@@ -73,6 +85,8 @@ class _BagSums(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         owner, order, starts, mask = ctx.saved_tensors
+        if mask is None and (kernel := gpu_bag_sums(grad)) is not None:  # slots end where the real ids do
+            return kernel(grad.contiguous(), owner, starts, backward=True), None, None, None, None, None, None
         grad = F.pad(grad, (0, 0, 0, 1))  # the padding's bag: no gradient
         if mask is None:  # slot k: ids [starts[k], starts[k + 1]); the last slot's bag runs on into the padding
             return F.embedding_bag(owner, grad, starts[:-1], mode="sum"), None, None, None, None, None, None

@@ -83,6 +83,15 @@ class LazyAdam:
         filler with a zero gradient, gets the same bytes from each copy (index_add_'s atomics would queue on it)."""
         if self.counted is None:
             self.counted = torch.tensor(float(self.steps), device=self.table.device)  # exact to 2**24 updates
+        if self.table.is_cuda:
+            from paraphrastic import kernels
+
+            if kernels.usable(self.table):  # one kernel, in place: the filler row and a skipped step unchanged
+                spare = self.rows if self.rows < len(self.table) else -1
+                kernels.adam_rows(self.table, self.moments, rows, grad.contiguous(), skip, self.counted, spare,
+                                  self.lr, self.betas, self.eps)  # fmt: skip
+                self.counted += ~skip
+                return
         weights = self.table.index_select(0, rows) if weights is None else weights
         m, v = self.moments.index_select(1, rows)
         b1, b2 = self.betas

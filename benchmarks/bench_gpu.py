@@ -3,7 +3,8 @@ under ten minutes on a lent machine, self-contained.
 
     python benchmarks/bench_gpu.py --data DIR [--dry-run]
 
-Prints the machine; the device's fp32 and bf16 matrix-product rates; train.py's pairs/s at dim 1024, 50,000
+Prints the machine; the device's fp32 and bf16 matrix-product rates; kernels.py's Triton kernels timed in each
+block size on a real step's arguments beside torch's ops (the part "kernels"); train.py's pairs/s at dim 1024, 50,000
 pieces, batch 128 with M = 100 and M = 10, and batch 512 and 1024 with M = 100 (paraphrase and bitext pools,
 synthetic HDF5 shards), as a fraction of the exact-mining bound at bf16's rate; paraphrastic-embed's sentences/s on
 cuda (CPU workers tokenize, the GPU pools) beside the CPU's on all cores; every core (bench_cores.py with 1 and all
@@ -14,7 +15,8 @@ of the two; and the equality checks: embed, score and evaluate on cuda against c
 and a CUDA run stopped and resumed against the straight one, bit for bit. DIR holds the few files it reads (see
 `pack_data`): `lines.txt` (sentences to embed), `pairs.tsv` (caption pairs for the short run), and `sts/en/` (the
 STS sets evaluate reads). --dry-run substitutes cpu for cuda and shrinks every part, to test the script (the test
-suite runs it) where there is no GPU.
+suite runs it) where there is no GPU. --kernel-arms torch,triton,tuned runs train and profile once with torch's ops,
+once with the kernels as shipped and once in the kernels part's fastest blocks.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +39,19 @@ import torch
 from bench_train import BATCH, DIM, mining_bound, word_sentencepiece, write_synthetic_shard
 from common import ROOT, machine_header, write_repeated
 
+from paraphrastic import kernels
+
 BIN = Path(sys.executable).parent
-PARTS = ("train", "resume", "cores", "profile", "equal", "embed", "teacher")  # all together take over 10 minutes
+PARTS = (
+    "kernels",
+    "train",
+    "resume",
+    "cores",
+    "profile",
+    "equal",
+    "embed",
+    "teacher",
+)  # all together take over 10 minutes
 
 
 def product_rate(device: str, dtype: torch.dtype, n: int) -> float:
@@ -97,13 +111,105 @@ def training_data(folder: Path, pairs: int) -> None:
     write_synthetic_shard(folder / "pairs.h5", pairs, sp)
 
 
-def train_rates(folder: Path, device: str, runs: list[tuple[int, int, int]], rate: float, dim: int = DIM) -> None:
+SHIPPED = {name: getattr(kernels, name) for name in ("FORWARD", "BACKWARD", "ADAM")}  # kernels.py's blocks
+TUNED: dict[str, tuple] = {}  # the kernels' fastest blocks, found by tune_kernels, for the arm "tuned"
+
+
+def use_kernels(arm: str) -> None:
+    """Set the GPU step's ops for the next runs: "torch" (embedding_bag and fused Adam), "triton" (kernels.py's
+    kernels in their blocks as shipped), "tuned" (in tune_kernels' fastest blocks) or "" (the default)."""
+    if arm:
+        kernels.enabled = arm != "torch" and kernels.bag_sums is not None
+        for name, blocks in (SHIPPED | (TUNED if arm == "tuned" else {})).items():
+            setattr(kernels, name, blocks)
+
+
+def used(arm: str) -> str:
+    """The ops the last run used, for its line ("" without arms): kernels.py turns itself off where it fails."""
+    if not arm:
+        return ""
+    if not kernels.enabled:
+        return ", torch's ops"
+    return f", {arm} kernels {kernels.FORWARD} / {kernels.BACKWARD} / {kernels.ADAM}"
+
+
+def tune_kernels(folder: Path, device: str, dim: int) -> None:
+    """Time kernels.py's kernels in each block size on a real step's arguments (a short run at batch 128, M = 100,
+    bitext: its last eager call each way) beside torch's ops, and keep the fastest for the arm "tuned"."""
+    from paraphrastic import train
+    from paraphrastic.optim import LazyAdam
+
+    if not kernels.usable(torch.zeros(1, device=device)):
+        print("  the kernels do not run here (no GPU, Triton or its compiler): nothing to tune")
+        return
+    seen, plain = {}, kernels.bag_sums
+
+    def recording(table, index, offsets, backward=False):
+        if not torch.cuda.is_current_stream_capturing():  # a graph's tensors change as it replays
+            seen[backward] = (table.clone(), index.clone(), offsets.clone())
+        return plain(table, index, offsets, backward)
+
+    kernels.bag_sums = recording
+    try:
+        train.main(["--train-shards", str(folder / "pairs.h5"), "--sp-model", str(folder / "sp.model"), "--output-dir",
+                    str(folder / "tune"), "--dim", str(dim), "--batch-size", str(BATCH), "--megabatch-size", "100",
+                    "--megabatch-anneal", "0", "--max-steps", "200", "--mode", "bitext", "--device", device, "--quiet"])  # fmt: skip
+    finally:
+        kernels.bag_sums = plain
+    for backward, name in ((False, "FORWARD"), (True, "BACKWARD")):
+        table, index, offsets = seen[backward]
+        ids = index[: int(offsets[-1])]
+        torch_us = timed(device, partial(torch.nn.functional.embedding_bag, ids, table, offsets[:-1], mode="sum"))
+        times = {}
+        for blocks in [(i, v, w) for i in (4, 8, 16, 32) for v in (256, 512, 1024) for w in (2, 4, 8)]:
+            setattr(kernels, name, blocks)
+            times[blocks] = timed(device, partial(plain, table, index, offsets, backward))
+        TUNED[name] = best = min(times, key=times.get)
+        print(f"  bag sums {'backward' if backward else 'forward'} ({len(offsets) - 1:,} bags, {len(ids):,} ids, "
+              f"{table.shape[0]:,} x {table.shape[1]} table): torch's embedding_bag {torch_us:.1f} us, shipped "
+              f"{SHIPPED[name]} {times[SHIPPED[name]]:.1f} us, fastest {best} {times[best]:.1f} us")  # fmt: skip
+    rows = len(seen[True][2]) - 1  # a step's distinct rows
+    table, moments = torch.randn(50_001, dim, device=device), torch.zeros(2, 50_001, dim, device=device)
+    picked, grad = torch.randperm(50_000, device=device)[:rows], torch.randn(rows, dim, device=device)
+    skip, steps = torch.tensor(False, device=device), torch.ones((), device=device)
+    times = {}
+    for blocks in [(v, w) for v in (256, 512, 1024) for w in (2, 4, 8)]:
+        kernels.ADAM = blocks
+        times[blocks] = timed(device, lambda: kernels.adam_rows(table, moments, picked, grad, skip, steps, 50_000,
+                                                                1e-3, (0.9, 0.999), 1e-8))  # fmt: skip
+    kernels.enabled, lazy = False, LazyAdam(table, 1e-3, spare=1)
+    torch_us = timed(device, lambda: lazy.step(picked, grad, skip, weights=table.index_select(0, picked)))
+    kernels.enabled = True
+    TUNED["ADAM"] = best = min(times, key=times.get)
+    print(f"  Adam on {rows:,} rows: torch's gather, fused Adam and copies back {torch_us:.1f} us, shipped "
+          f"{SHIPPED['ADAM']} {times[SHIPPED['ADAM']]:.1f} us, fastest {best} {times[best]:.1f} us")  # fmt: skip
+    for name, blocks in SHIPPED.items():
+        setattr(kernels, name, blocks)
+
+
+def timed(device: str, work, runs: int = 50) -> float:
+    """Microseconds a run of `work` takes on the device (CUDA events), after one run to warm it up."""
+    work()
+    sync(device)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(runs):
+        work()
+    stop.record()
+    sync(device)
+    return start.elapsed_time(stop) / runs * 1e3
+
+
+def train_rates(
+    folder: Path, device: str, runs: list[tuple[int, int, int]], rate: float, dim: int = DIM, arms: tuple = ("",)
+) -> None:
     """train.py's pairs/s at `dim` for each (batch, M, updates) of `runs` (the log windows after the first), against
-    the exact-mining bound at `rate`."""
+    the exact-mining bound at `rate`, with each pooling of `arms`."""
     shard = folder / "pairs.h5"
-    for batch, m, count in runs:
+    for (batch, m, count), arm in ((r, a) for r in runs for a in arms):
         for mode in ("paraphrase", "bitext"):
-            out = folder / f"run-{batch}-{m}-{mode}"
+            use_kernels(arm)
+            out = folder / f"run-{batch}-{m}-{mode}{arm}"
             train_run("--train-shards", shard, "--sp-model", folder / "sp.model", "--output-dir", out, "--dim", dim,
                       "--batch-size", batch, "--megabatch-size", m, "--megabatch-anneal", 0, "--max-steps", count,
                       "--log-every", m, "--mode", mode, "--device", device)  # fmt: skip
@@ -111,7 +217,7 @@ def train_rates(folder: Path, device: str, runs: list[tuple[int, int, int]], rat
             later = [r for r in records if r["event"] == "train"][1:]  # the first window holds the warm-up
             pairs_s = sum(r["pairs_per_s"] for r in later) / len(later)
             bound = mining_bound(rate, m, mode == "bitext", batch) * DIM / dim
-            print(f"  batch {batch:4d}, M = {m:3d} {mode:10s}: {pairs_s:10,.0f} pairs/s = {100 * pairs_s / bound:5.2f}% "
+            print(f"  batch {batch:4d}, M = {m:3d} {mode:10s}{used(arm)}: {pairs_s:10,.0f} pairs/s = {100 * pairs_s / bound:5.2f}% "
                   f"of the exact-mining bound at bf16's rate ({bound:,.0f} pairs/s); {count} updates")  # fmt: skip
             first, last = [r for r in records if r["event"] == "train"][0], later[-1]
             spent = {k: last[f"seconds_{k}"] - first[f"seconds_{k}"] for k in ("read", "mine", "update", "record")}
@@ -120,7 +226,7 @@ def train_rates(folder: Path, device: str, runs: list[tuple[int, int, int]], rat
                   f"{last['shapes']} shapes in all, {last['shapes'] - first['shapes']} new after the first window")  # fmt: skip
 
 
-def step_profile(folder: Path, device: str, runs: list[tuple[int, int, str]], dim: int) -> None:
+def step_profile(folder: Path, device: str, runs: list[tuple[int, int, str]], dim: int, arms: tuple = ("",)) -> None:
     """Where a step's device time goes, by kernel, for each (batch, M, mode) of `runs`: train_rates' shard and model
     trained in process for 3 mega-batches, the third profiled (the first holds the warm-up and the graphs'
     recording; the final save is left out), so the figures are the steady state's, its mining included."""
@@ -128,7 +234,8 @@ def step_profile(folder: Path, device: str, runs: list[tuple[int, int, str]], di
 
     from paraphrastic import train
 
-    for batch, m, mode in runs:
+    for (batch, m, mode), arm in ((r, a) for r in runs for a in arms):
+        use_kernels(arm)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
         stamps = []
         with profile(activities=activities, schedule=schedule(wait=2 * m, warmup=0, active=m, repeat=1)) as prof:
@@ -138,7 +245,7 @@ def step_profile(folder: Path, device: str, runs: list[tuple[int, int, str]], di
                 stamps.append(time.perf_counter())
 
             train.main(["--train-shards", str(folder / "pairs.h5"), "--sp-model", str(folder / "sp.model"),
-                        "--output-dir", str(folder / f"profiled-{batch}-{mode}"), "--dim", str(dim), "--batch-size",
+                        "--output-dir", str(folder / f"profiled-{batch}-{mode}{arm}"), "--dim", str(dim), "--batch-size",
                         str(batch), "--megabatch-size", str(m), "--megabatch-anneal", "0", "--max-steps", str(3 * m),
                         "--mode", mode, "--device", device, "--quiet"], on_step=each_step)  # fmt: skip
         events = prof.key_averages()
@@ -148,11 +255,47 @@ def step_profile(folder: Path, device: str, runs: list[tuple[int, int, str]], di
                    and (device != "cuda" or not e.key.startswith("aten::"))]  # fmt: skip
         busy = sum(getattr(e, key) for e in kernels) / 1e3 / m
         wall = 1e3 * (stamps[3 * m - 1] - stamps[2 * m - 1]) / m
-        print(f"  batch {batch}, M = {m}, {mode}, the third mega-batch: {wall:.3f} ms an update on the host's clock, "
+        print(f"  batch {batch}, M = {m}, {mode}{used(arm)}, the third mega-batch: {wall:.3f} ms an update on the host's clock, "
               f"{busy:.3f} ms of it {'kernels' if device == 'cuda' else 'ops'} ({batch / wall * 1e3:,.0f} pairs/s), "
               f"{sum(e.count for e in kernels) / m:.0f} launches an update; the largest:")  # fmt: skip
         for e in sorted(kernels, key=lambda e: -getattr(e, key))[:12]:
             print(f"    {getattr(e, key) / 1e3 / m:8.4f} ms/update {e.count / m:6.1f}/update  {e.key[:90]}")
+        device_gaps(prof, device, m)
+
+
+def device_gaps(prof, device: str, m: int, largest: int = 6) -> None:
+    """Where the device waits in the profiled window: its span from the first kernel to the last, the time no
+    kernel runs, and the `largest` idle gaps with the kernels either side and the host's ops during each."""
+    from torch.autograd import DeviceType
+
+    events = prof.events()
+    kernels = sorted(
+        (e for e in events if e.device_type == DeviceType.CUDA and not e.name.startswith("ProfilerStep")),
+        key=lambda e: e.time_range.start,
+    )
+    if device != "cuda" or not kernels:
+        return
+    gaps, end, busy = [], kernels[0].time_range.start, 0.0
+    for before, k in zip([None, *kernels], kernels, strict=False):
+        start, stop = k.time_range.start, k.time_range.end
+        if start > end:
+            gaps.append((start - end, end, start, before.name if before else "", k.name))
+        busy += max(stop, end) - max(start, end)
+        end = max(end, stop)
+    span = end - kernels[0].time_range.start
+    idle = span - busy
+    small = sum(g[0] for g in gaps if g[0] < 20)
+    print(f"  the device's span {span / 1e3 / m:.3f} ms an update: busy {busy / 1e3 / m:.3f}, idle {idle / 1e3 / m:.3f} "
+          f"({100 * idle / span:.0f}%), of which gaps under 20 us {small / 1e3 / m:.3f} ({sum(g[0] < 20 for g in gaps) / m:.0f} an update)")  # fmt: skip
+    host = [e for e in events if e.device_type == DeviceType.CPU]
+    for length, lo, hi, before, after in sorted(gaps, reverse=True)[:largest]:
+        during = {}
+        for e in host:
+            overlap = min(e.time_range.end, hi) - max(e.time_range.start, lo)
+            if overlap > 0.2 * length and not e.name.startswith("ProfilerStep"):
+                during[e.name] = during.get(e.name, 0) + overlap
+        ops = ", ".join(f"{n[:40]} {t:.0f}" for n, t in sorted(during.items(), key=lambda x: -x[1])[:6])
+        print(f"    gap {length:8.0f} us after {before[:40]!r}, before {after[:40]!r}; host: {ops}")
 
 
 def embed_rates(folder: Path, lines: Path, device: str, threads: int) -> None:
@@ -289,6 +432,10 @@ def main() -> None:
     p.add_argument("--embed-lines", type=int, default=2_000_000, help="lines embedded on cuda and cpu")
     p.add_argument("--core-lines", type=int, default=8_000_000, help="lines for the every-core part")
     p.add_argument("--parts", default=",".join(PARTS), help="the parts to run, in this order (default: all)")
+    p.add_argument("--runs", help="train's runs as BATCHxMxUPDATES,... (default: 128x100x1500,128x10x400,"
+                   "512x100x400,1024x100x200)")  # fmt: skip
+    p.add_argument("--kernel-arms", help="train and profile each run with each of these ops: torch (embedding_bag, "
+                   "fused Adam), triton (kernels.py's, as shipped), tuned (in the kernels part's fastest blocks)")  # fmt: skip
     args = p.parse_args()
     if args.pack:
         return pack_data(args.pack, args.data)
@@ -306,6 +453,9 @@ def main() -> None:
     }
     print(f"matrix products ({n}^3): fp32 {rates['fp32'] / 1e12:.1f} TFLOP/s, bf16 {rates['bf16'] / 1e12:.1f} TFLOP/s")
     runs = [(BATCH, 100, 1500), (BATCH, 10, 400), (512, 100, 400), (1024, 100, 200)] if full else [(BATCH, 2, 4)]
+    if args.runs:
+        runs = [tuple(int(v) for v in run_.split("x")) for run_ in args.runs.split(",")]
+    arms = tuple(args.kernel_arms.split(",")) if args.kernel_arms else ("",)
     profiled = [(BATCH, 100, "bitext"), (512, 100, "paraphrase")] if full else [(BATCH, 2, "bitext")]
     parts = args.parts.split(",")
     if set(parts) - set(PARTS):
@@ -313,21 +463,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         folder = Path(tmp)
         dim = DIM if full else 64
-        if {"train", "profile"} & set(parts):
+        if {"kernels", "train", "profile"} & set(parts):
             most = [b * (3 * m + c) for b, m, c in runs if "train" in parts] + [3 * b * m for b, m, _ in profiled]
             training_data(folder, max(most))
         for part in parts:  # in the order asked, so that a call cut short still has the first ones
             if part == "train":
                 section(f"train.py, dim {dim}, synthetic shards, {device}:", train_rates, folder, device, runs,
-                        rates["bf16"], dim)  # fmt: skip
+                        rates["bf16"], dim, arms)  # fmt: skip
             elif part == "resume":
                 section(f"stopped and resumed on {device}:", resumed, folder, args.data, device,
                         *((150, None) if full else (24, 3000)))  # fmt: skip
             elif part == "cores":
                 section(f"every core, {cores} workers against 1:", every_core, args.data / "lines.txt",
                         args.core_lines if full else 4_000, cores, full)  # fmt: skip
+            elif part == "kernels":
+                section("kernels.py's kernels, each block size:", tune_kernels, folder, device, dim)
             elif part == "profile":
-                section("where a step's time goes (profiled):", step_profile, folder, device, profiled, dim)
+                section("where a step's time goes (profiled):", step_profile, folder, device, profiled, dim, arms)
             elif part == "equal":
                 checks = (300, None, "sts,stsb") if full else (24, 3000, "stsb")
                 section(f"{device} against cpu:", equality, folder, args.data, device, *checks)
