@@ -9,7 +9,6 @@ import argparse
 import io
 import pickle
 import pickletools
-import threading
 import zipfile
 from collections import OrderedDict
 from collections.abc import Callable
@@ -19,7 +18,7 @@ import numpy as np
 
 from paraphrastic.fileio import ModelError
 from paraphrastic.pieces import Tokenizer, TokenizerLoad
-from paraphrastic.static import SPEncoder
+from paraphrastic.static import SPEncoder, StoredRows
 
 FORMAT = "paraphrastic-sp"
 FORMAT_VERSION = 1
@@ -342,51 +341,24 @@ def checked_finite(table, path: Path):
 
 def static_from_checkpoint(state: dict, path: Path, early: TokenizerLoad | None = None) -> SPEncoder | None:
     """An SPEncoder from `read_checkpoint`'s contents (and the tokenizer it started `early`); None for a model that
-    is not SP alone. An int8 table is scaled to float32 in a thread while checkpoint_fields checks the fields and
-    loads sentencepiece: both let go of the GIL, so with two cores the load takes the longer of the two, not their
-    sum (docs/benchmarks.md). What the thread made is used only once the fields are found sound."""
-    scaled: list = []
-    scaling = threading.Thread(target=scale_into, args=(scaled, state))
-    if type(state.get("format_version")) is int and state["format_version"] == INT8_VERSION:  # not yet checked
-        scaling.start()
+    is not SP alone. The table stays as stored (StoredRows): a small job reads its own rows, a large one makes the
+    float32 table once."""
     try:
         fields = checkpoint_fields(state, path, early)
-    finally:  # an unsound file's error waits for the threads: nothing of them outlives the call
-        if scaling.ident is not None:
-            scaling.join()
+    finally:  # an unsound file's error waits for the thread: nothing of it outlives the call
         if early is not None:
             early.join()
     if "tokenizer" not in fields:
         return None
-    table = scaled[0] if scaled else float_table(fields)  # the thread's failure on sound fields is raised here
-    table = np.ascontiguousarray(table, np.float32)
+    table = fields["embedding"]
     if fields["format_version"] == INT8_VERSION:  # int8 x a scale is finite where the scale x 128 is: check the scales
         with np.errstate(over="ignore"):
-            checked_finite(128 * (fields["embedding_scale"].astype(np.uint32) << 16).view(np.float32), path)
+            scales = (fields["embedding_scale"].astype(np.uint32) << 16).view(np.float32)
+            checked_finite(128 * scales, path)
+        rows = StoredRows(table, scales)
     else:
-        checked_finite(table, path)
-    return SPEncoder(fields["tokenizer"], table, fields["config"], fields["piece_rows"], fields["unk_row"])
-
-
-def scale_into(out: list, state: dict) -> None:
-    """static_from_checkpoint's thread: the float table, put in `out`; nothing where the fields are unsound (the
-    caller's checks say what is wrong, in one line)."""
-    try:
-        out.append(float_table(state))
-    except Exception:  # noqa: BLE001, S110 - checkpoint_fields names the fault
-        pass
-
-
-def float_table(fields: dict) -> np.ndarray:
-    """A checkpoint's table as float32: an int8 table scaled in place by its rows' bfloat16 scales, exactly (a
-    second table-sized array would cost its page faults)."""
-    table = fields["embedding"]
-    if fields["format_version"] != INT8_VERSION:
-        return table
-    table = table.astype(np.float32)
-    with np.errstate(invalid="ignore", over="ignore"):  # a non-finite scale is refused after, in one line, unwarned
-        table *= (fields["embedding_scale"].astype(np.uint32) << 16).view(np.float32)
-    return table
+        rows = StoredRows(checked_finite(table, path))
+    return SPEncoder(fields["tokenizer"], rows, fields["config"], fields["piece_rows"], fields["unk_row"])
 
 
 def check_small(value, path: Path, key: str, budget: int = 100_000, depth: int = 32) -> None:

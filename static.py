@@ -608,25 +608,68 @@ def _tokens_job(model: Encoding, job: tuple[Sequence[str], int]) -> tuple[np.nda
     return model.token_ids(job[0])
 
 
+class StoredRows:
+    """A model file's table as stored (float32, float16, or int8 rows with float32 row scales), read as float32 rows
+    on demand: a small job converts the rows it reads, not the whole table (80,000 x 256 values: 0.1 s, most of a
+    small command's model load). Each row comes out with the bits of the whole table's (an int8 value times its
+    scale is exact in float32)."""
+
+    def __init__(self, values: np.ndarray, scales: np.ndarray | None = None):
+        self.values, self.scales, self.shape = values, scales, values.shape
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        out = self.values[rows].astype(np.float32)
+        if self.scales is not None:
+            out *= self.scales[rows]
+        return out
+
+    def whole(self) -> np.ndarray:
+        """The float32 table, scaled in place (a second table-sized array would cost its page faults)."""
+        if self.scales is None:
+            return np.ascontiguousarray(self.values, np.float32)
+        table = self.values.astype(np.float32)
+        table *= self.scales
+        return table
+
+
 class SPEncoder(Encoding):
     """An SP model as a numpy table (`paraphrastic.load_encoder`): a text's vector is the mean of its pieces' rows, the same
-    bits as the torch SPModel's. `piece_rows` maps piece ids to rows (-1: dropped; None: one row per piece)."""
+    bits as the torch SPModel's. `piece_rows` maps piece ids to rows (-1: dropped; None: one row per piece). `table`:
+    float32, or StoredRows, made into the float32 table when a job reads more rows than the table has (counted over
+    the process's jobs) or before workers fork (`before_fork`): smaller jobs read their own rows."""
 
     kind = "sp"
     on_cpu = True
     piece_ids = True
 
-    def __init__(self, tokenizer: Tokenizer, table: np.ndarray, config: dict, piece_rows=None, unk_row=None):
-        self.tokenizer, self.tokenizers, self.table, self.config = tokenizer, [tokenizer], table, config
+    def __init__(self, tokenizer: Tokenizer, table, config: dict, piece_rows=None, unk_row=None):
+        self.tokenizer, self.tokenizers, self.config = tokenizer, [tokenizer], config
+        self.stored, self._table = (table, None) if isinstance(table, StoredRows) else (None, table)
         self.piece_rows, self.unk_row = piece_rows, tokenizer.unk_id if unk_row is None else unk_row
         self.pooled = 0  # texts this process has pooled, for use_torch_for
+        self.gathered = 0  # rows this process has read from `stored`
+
+    @property
+    def table(self) -> np.ndarray:
+        """The float32 table (made from the stored rows at first use)."""
+        if self._table is None:
+            self._table, self.stored = self.stored.whole(), None
+        return self._table
 
     @property
     def dim(self) -> int:
-        return self.table.shape[1]
+        return (self.stored if self._table is None else self._table).shape[1]
 
     def __repr__(self) -> str:
-        return f"SPEncoder(rows={len(self.table)}, dim={self.dim}, lowercase={self.tokenizer.lowercase})"
+        rows = len(self.stored if self._table is None else self._table)
+        return f"SPEncoder(rows={rows}, dim={self.dim}, lowercase={self.tokenizer.lowercase})"
+
+    def before_fork(self) -> None:
+        """Make the float32 table before workers fork, so that they share it instead of each making its own."""
+        self.table  # noqa: B018 - the property makes it
 
     def token_ids(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         return self.tokenizer.encode_flat(texts, num_threads)
@@ -635,7 +678,12 @@ class SPEncoder(Encoding):
         """The vectors of texts already tokenized by `token_ids`."""
         self.pooled += len(lengths)
         use_torch_for(self.pooled)  # a long stream (a Ray actor, many encode calls) switches to torch's kernel
-        return mean_rows(self.table, *sp_rows(flat, lengths, self.piece_rows, self.unk_row))
+        flat, lengths = sp_rows(flat, lengths, self.piece_rows, self.unk_row)
+        if self._table is None and self.gathered + len(flat) <= len(self.stored):  # cheaper than the whole table
+            self.gathered += len(flat)
+            rows, local = np.unique(flat, return_inverse=True)
+            return mean_rows(self.stored[rows], local.reshape(-1), lengths)
+        return mean_rows(self.table, flat, lengths)
 
 
 def model_path(path: str | os.PathLike | None) -> Path:

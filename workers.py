@@ -321,6 +321,7 @@ class Workers:
             self._wait(lambda: len(self.pid_of) == self.size)
 
     def _launch(self) -> None:
+        getattr(self.model, "before_fork", lambda: None)()  # what every worker reads, made once, shared
         make_room_for_files(self.size)
         make_room_for_memory(self.size)
         pipes = [(multiprocessing.Pipe(duplex=False), multiprocessing.Pipe(duplex=False)) for _ in range(self.size)]

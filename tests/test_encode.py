@@ -51,6 +51,7 @@ from paraphrastic import static, workers
 workers.use_threads(1)
 static.STREAM_TEXTS = 16_384  # a window of texts small beside the list of a million
 model = paraphrastic.load_encoder(sys.argv[1])
+model.table  # the float table, made before the count (the model's, at its first large job): not encode's memory
 def kib(field):
     return int(Path("/proc/self/status").read_text().split(field + ":")[1].split()[0])
 before = kib("VmRSS")

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import paraphrastic
-from paraphrastic import checkpoint, models, pieces, static
+from paraphrastic import checkpoint, models, pieces, static, workers
 from paraphrastic.fileio import ModelError
 
 AWKWARD = ["", "   ", "\ufffd", "Ünïcödé and ÇAPS", "x" * 3000, "a\tb"]
@@ -70,16 +70,51 @@ def test_static_model_reads_piece_row_maps_as_the_torch_model(sp_bytes, tmp_path
     assert encoder.embed_here(texts).tobytes() == model.embed_here(texts).tobytes()
 
 
-def test_loading_an_int8_model_builds_one_float_table():
+def test_loading_an_int8_model_builds_its_float_table_at_the_first_large_job_only():
     path = paraphrastic.static.model_path(None)  # the shipped default: int8 rows, bfloat16 scales
     state = checkpoint.read_checkpoint(path)
     rows, dim = state["embedding"].shape
     tracemalloc.start()
     model = checkpoint.static_from_checkpoint(state, path)
+    loaded = tracemalloc.get_traced_memory()[1]
+    texts = generated_sentences(40)
+    small = model.embed_here(texts)  # reads its own rows
+    assert model._table is None and loaded < 0.1 * rows * dim * 4
+    tracemalloc.reset_peak()
+    assert model.table.dtype == np.float32 and model.table.shape == (rows, dim)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert model.table.dtype == np.float32 and model.table.shape == (rows, dim)
-    assert peak < 1.5 * rows * dim * 4  # scaled in place: a second table-sized array would be 80 MB more at start-up
+    assert peak < 1.5 * rows * dim * 4  # scaled in place: a second table-sized array would be 80 MB more
+    assert model.embed_here(texts).tobytes() == small.tobytes()  # the whole table's rows: the same bits
+
+
+def test_a_small_job_pools_its_own_rows_with_the_whole_tables_bits(tmp_path):
+    """Every pooling path (torch's kernel; without torch, numpy's sums for a few pieces and scipy's product) gives a
+    small job's vectors the torch model's bits from the rows the job reads, the float table unmade; the table is made
+    once the rows read reach its size, and before workers fork."""
+    path = paraphrastic.static.model_path(None)
+    texts = generated_sentences(300, seed=7) + AWKWARD
+    expected = models.load_model(path).embed_here(texts)
+    model = paraphrastic.load_encoder(path)
+    assert model.embed_here(texts).tobytes() == expected.tobytes() and model._table is None  # torch's kernel
+    model.gathered = len(model.stored)  # as if this process had read as many rows as the table holds
+    assert model.embed_here(texts).tobytes() == expected.tobytes() and model._table is not None
+    np.save(tmp_path / "texts.npy", np.array(texts, dtype=object), allow_pickle=True)
+    run_without_torch(f"""
+        import numpy as np
+        import paraphrastic
+        texts = np.load({str(tmp_path / "texts.npy")!r}, allow_pickle=True).tolist()
+        model = paraphrastic.load_encoder()
+        few = np.concatenate([model.embed_here(texts[i : i + 3]) for i in range(0, len(texts), 3)])  # numpy's sums
+        np.save({str(tmp_path / "rows.npy")!r}, np.stack([few, model.embed_here(texts)]))  # then scipy's product
+        assert model._table is None
+    """)
+    few, product = np.load(tmp_path / "rows.npy")
+    assert few.tobytes() == expected.tobytes() and product.tobytes() == expected.tobytes()
+    model = paraphrastic.load_encoder(path)
+    with workers.Workers(model, 2) as pool:
+        pool.start()
+        assert model._table is not None
 
 
 def test_the_tokenizer_is_built_in_a_thread_while_the_table_is_read(tiny_model_file, monkeypatch):
