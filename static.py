@@ -647,7 +647,8 @@ class SPEncoder(Encoding):
 
     def __init__(self, tokenizer: Tokenizer, table, config: dict, piece_rows=None, unk_row=None):
         self.tokenizer, self.tokenizers, self.config = tokenizer, [tokenizer], config
-        self.stored, self._table = (table, None) if isinstance(table, StoredRows) else (None, table)
+        self.stored = table if isinstance(table, StoredRows) else StoredRows(table)
+        self._table = None if isinstance(table, StoredRows) else table
         self.piece_rows, self.unk_row = piece_rows, tokenizer.unk_id if unk_row is None else unk_row
         self.pooled = 0  # texts this process has pooled, for use_torch_for
         self.gathered = 0  # rows this process has read from `stored`
@@ -655,17 +656,16 @@ class SPEncoder(Encoding):
     @property
     def table(self) -> np.ndarray:
         """The float32 table (made from the stored rows at first use)."""
-        if self._table is None:
-            self._table, self.stored = self.stored.whole(), None
+        if self._table is None:  # two threads at once may both make it: the same values, no lock to pickle
+            self._table = self.stored.whole()
         return self._table
 
     @property
     def dim(self) -> int:
-        return (self.stored if self._table is None else self._table).shape[1]
+        return self.stored.shape[1]
 
     def __repr__(self) -> str:
-        rows = len(self.stored if self._table is None else self._table)
-        return f"SPEncoder(rows={rows}, dim={self.dim}, lowercase={self.tokenizer.lowercase})"
+        return f"SPEncoder(rows={len(self.stored)}, dim={self.dim}, lowercase={self.tokenizer.lowercase})"
 
     def before_fork(self) -> None:
         """Make the float32 table before workers fork, so that they share it instead of each making its own."""

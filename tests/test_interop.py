@@ -151,11 +151,12 @@ def test_model2vec_vocabulary_quantization_is_folded_in(tiny_model, tmp_path):
 
 
 def test_foreign_and_broken_folders_give_clear_errors(tiny_model, tmp_path):
+    from sentence_transformers.models import StaticEmbedding  # not an attribute until a submodule imports it
     from tokenizers import Tokenizer
     from tokenizers.models import WordPiece
 
     tokenizer = Tokenizer(WordPiece({"[UNK]": 0, "hello": 1, "##s": 2}, unk_token="[UNK]"))
-    module = sentence_transformers.models.StaticEmbedding(tokenizer, embedding_weights=np.ones((3, 4), np.float32))
+    module = StaticEmbedding(tokenizer, embedding_weights=np.ones((3, 4), np.float32))
     sentence_transformers.SentenceTransformer(modules=[module], device="cpu").save(str(tmp_path / "wp"))
     with pytest.raises(models.ModelError, match="only static models built on a sentencepiece model .* WordPiece$"):
         models.load_model(tmp_path / "wp")
