@@ -233,19 +233,21 @@ def rank_slices(count: int, batch: int, world: int, rank: int) -> list[tuple[int
 
 
 def pack_pairs(data: PairData) -> torch.Tensor:
-    """PairData as one int64 tensor: pairs, source ids, then lengths and ids of both sides."""
+    """PairData as one int64 tensor: pairs, source ids, whether groups follow, then lengths and ids of both sides,
+    then the groups."""
     (src_ids, src_len), (tgt_ids, tgt_len) = data.src, data.tgt
-    head = np.array([len(src_len), len(src_ids)])
-    return torch.from_numpy(np.concatenate([head, src_len, tgt_len, src_ids, tgt_ids]).astype(np.int64))
+    head = np.array([len(src_len), len(src_ids), data.groups is not None])
+    groups = [] if data.groups is None else [data.groups]
+    return torch.from_numpy(np.concatenate([head, src_len, tgt_len, src_ids, tgt_ids, *groups]).astype(np.int64))
 
 
 def unpack_pairs(packed: torch.Tensor) -> PairData:
     """The PairData that pack_pairs packed."""
     flat = packed.cpu().numpy()
-    n, n_src = int(flat[0]), int(flat[1])
-    src_len, tgt_len = flat[2 : 2 + n], flat[2 + n : 2 + 2 * n]
-    ids = flat[2 + 2 * n :]
-    return PairData((ids[:n_src], src_len), (ids[n_src:], tgt_len))
+    n, n_src, grouped = int(flat[0]), int(flat[1]), bool(flat[2])
+    src_len, tgt_len = flat[3 : 3 + n], flat[3 + n : 3 + 2 * n]
+    ids = flat[3 + 2 * n : len(flat) - n * grouped]
+    return PairData((ids[:n_src], src_len), (ids[n_src:], tgt_len), flat[len(flat) - n :] if grouped else None)
 
 
 class RankSampler:

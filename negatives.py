@@ -1,5 +1,6 @@
 """The hardest negative of each sentence of a mega-batch (Wieting et al.'s mega-batching): exact, from the cosine
-matrix in blocks of matrix products, never a sentence's partner, a copy of it or a known paraphrase of it.
+matrix in blocks of matrix products, never a sentence's partner, a copy of it, a known paraphrase of it, or a
+sentence of its own paraphrase group where the pairs name groups.
 
 sentence_groups numbers the distinct sentences, forbidden_pairs lists the pairs that may never be negatives, and
 mine_hardest takes each row's and column's best allowed candidate block by block, asking the device for nothing in
@@ -34,6 +35,12 @@ def sentence_groups(ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     return torch.unique(hashes, return_inverse=True)[1]
 
 
+def label_groups(labels: torch.Tensor) -> torch.Tensor:
+    """Group numbers from paraphrase labels: one group per label, each unlabelled sentence (negative) its own."""
+    alone = -1 - torch.arange(len(labels), device=labels.device)
+    return torch.unique(torch.where(labels >= 0, labels, alone), return_inverse=True)[1]
+
+
 def forbidden_pairs(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(anchor, candidate) index pairs that may never be a negative; sentences 0..n-1 are sources and
     n..2n-1 their partners. Candidate y is forbidden for anchor x when y is a copy of x or of x's
@@ -65,8 +72,10 @@ def mine_hardest(
     bitext: bool,
     dtype: torch.dtype = torch.bfloat16,
     chunk: int | None = None,
+    labels: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Index of the hardest allowed negative of each of the 2n sentences (-1 where none is allowed).
+    """Index of the hardest allowed negative of each of the 2n sentences (-1 where none is allowed); with `labels`
+    (each sentence's paraphrase group, negative for none) no sentence of a group is another's negative either.
 
     With bitext a source's candidates are the targets and vice versa; otherwise every sentence. The
     cosine matrix is computed in blocks of `chunk` rows (default MINE_CHUNK, MINE_CHUNK_CUDA on a GPU) as
@@ -84,11 +93,13 @@ def mine_hardest(
     else:  # all x all: the upper triangle of blocks
         starts = range(0, n2, chunk)
         blocks = [(a, min(a + chunk, n2), b, min(b + chunk, n2)) for i, a in enumerate(starts) for b in starts[i:]]
-    copies = int(torch.bincount(groups).max()) if n2 else 0
+    kinds = [groups] if labels is None else [groups, label_groups(labels)]  # copies, and paraphrases named as such
+    copies = max(int(torch.bincount(kind).max()) for kind in kinds) if n2 else 0
     if copies > MAX_LISTED_COPIES:  # listing the pairs would take copies^2 memory: compare groups per block
-        partner_groups = groups[(torch.arange(n2, device=groups.device) + n) % n2]
+        partners = [kind[(torch.arange(n2, device=groups.device) + n) % n2] for kind in kinds]
     else:
-        bad_rows, bad_cols, spans = pairs_by_block(*forbidden_pairs(groups), blocks, chunk, n if bitext else 0)
+        rows, cols = (torch.cat(side) for side in zip(*map(forbidden_pairs, kinds), strict=True))
+        bad_rows, bad_cols, spans = pairs_by_block(rows, cols, blocks, chunk, n if bitext else 0)
     best = torch.full((n2,), -math.inf, device=vectors.device)
     arg = torch.full((n2,), -1, dtype=torch.int64, device=vectors.device)
 
@@ -101,11 +112,10 @@ def mine_hardest(
     for k, (r0, r1, c0, c1) in enumerate(blocks):
         sim = unit[r0:r1] @ unit[c0:c1].T
         if copies > MAX_LISTED_COPIES:  # forbidden_pairs' relation, by group numbers
-            rows, cols = groups[r0:r1, None], groups[None, c0:c1]
-            sim.masked_fill_(
-                (rows == cols) | (partner_groups[r0:r1, None] == cols) | (rows == partner_groups[None, c0:c1]),
-                -math.inf,
-            )
+            for kind, partner in zip(kinds, partners, strict=True):
+                rows, cols = kind[r0:r1, None], kind[None, c0:c1]
+                sim.masked_fill_((rows == cols) | (partner[r0:r1, None] == cols) | (rows == partner[None, c0:c1]),
+                                 -math.inf)  # fmt: skip
         else:
             lo, hi = spans[k]
             sim[bad_rows[lo:hi] - r0, bad_cols[lo:hi] - c0] = -math.inf

@@ -21,22 +21,30 @@ WINDOW_PAIRS = 65536  # pairs shuffled together: a window of randomly chosen blo
 
 
 class PairData:
-    """A block of sentence pairs: flat int64 ids and per-sentence lengths for each side."""
+    """A block of sentence pairs: flat int64 ids and per-sentence lengths for each side, and each pair's paraphrase
+    group (`groups`, int64, -1 for none; None where the source has no groups): a sentence is never mined as a
+    negative of a sentence of its own group."""
 
-    def __init__(self, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray]):
-        self.src, self.tgt = src, tgt
+    def __init__(
+        self, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray], groups: np.ndarray | None = None
+    ):
+        self.src, self.tgt, self.groups = src, tgt, groups
 
     def __len__(self) -> int:
         return len(self.src[1])
 
     def take(self, idx: np.ndarray) -> PairData:
         """The pairs at `idx`, in that order."""
-        return PairData(take_bags(*self.src, idx), take_bags(*self.tgt, idx))
+        groups = None if self.groups is None else self.groups[idx]
+        return PairData(take_bags(*self.src, idx), take_bags(*self.tgt, idx), groups)
 
     @staticmethod
     def concat(parts: list[PairData]) -> PairData:
         sides = [tuple(np.concatenate([getattr(p, side)[k] for p in parts]) for k in (0, 1)) for side in ("src", "tgt")]
-        return PairData(*sides)
+        grouped = [p.groups for p in parts if len(p)]  # an empty part's groups do not matter
+        if not grouped or any(g is None for g in grouped):
+            return PairData(*sides)
+        return PairData(*sides, np.concatenate(grouped))
 
 
 def take_bags(flat: np.ndarray, lengths: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -46,10 +54,14 @@ def take_bags(flat: np.ndarray, lengths: np.ndarray, idx: np.ndarray) -> tuple[n
 
 
 class MemorySource:
-    """Tokenized pairs held in memory, read like a shard: contiguous ranges of pairs."""
+    """Tokenized pairs held in memory, read like a shard: contiguous ranges of pairs; `groups`: each pair's group
+    (PairData's), or None."""
 
-    def __init__(self, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray]):
+    def __init__(
+        self, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray], groups: np.ndarray | None = None
+    ):
         self.sides = [(ids.astype(np.int32), np.concatenate([[0], np.cumsum(lens)])) for ids, lens in (src, tgt)]
+        self.groups = groups
 
     def __len__(self) -> int:
         return len(self.sides[0][1]) - 1
@@ -160,42 +172,62 @@ class PairSampler:
         if w not in self._windows:
             blocks = self.order[w * self.blocks_per_window : (w + 1) * self.blocks_per_window]
             starts = blocks.astype(np.int64) * self.block
-            data = PairData(*self.source.read_many(starts, np.minimum(starts + self.block, len(self))))
+            stops = np.minimum(starts + self.block, len(self))
+            data = PairData(*self.source.read_many(starts, stops))
+            if getattr(self.source, "groups", None) is not None:  # a TSV's third column (shards have none)
+                data.groups = self.source.groups[span_positions(starts, stops - starts)]
             perm = np.random.default_rng([self.seed, epoch, 1, w]).permutation(len(data))
             self._windows = {k: v for k, v in self._windows.items() if k == w - 1}
             self._windows[w] = data.take(perm)
         return self._windows[w]
 
 
-def iter_pairs(path: Path, skip_bad: bool, chunk_lines: int = 65536) -> Iterator[tuple[list[str], list[str]]]:
-    """Yield (sources, targets) chunks of a `s1<TAB>s2` file (.gz accepted), bounded in lines and bytes; a bad line
-    is an InputError."""
+def iter_pairs(
+    path: Path, skip_bad: bool, chunk_lines: int = 65536
+) -> Iterator[tuple[list[str], list[str], list[str | None]]]:
+    """Yield (sources, targets, groups) chunks of a `s1<TAB>s2` file (.gz accepted), bounded in lines and bytes; a
+    line may name its pair's paraphrase group by a whole number in a third column (`s1<TAB>s2<TAB>GROUP`; None
+    where it does not); a bad line is an InputError."""
     try:
         for line_no, blob in iter_line_blocks(path, chunk_lines):
-            src, tgt = [], []
+            src, tgt, groups = [], [], []
             for i, text in enumerate(decode_raw(blob, path, line_no, strict=False)[0]):
                 try:
-                    s, t = split_pair(text, path, line_no + i)
+                    s, t, group = split_grouped_pair(text, path, line_no + i)
                 except InputError:
                     if skip_bad:
                         continue
                     raise
                 src.append(s)
                 tgt.append(t)
-            yield src, tgt
+                groups.append(group)
+            yield src, tgt, groups
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise InputError(f"{path}: not a readable gzip file, truncated or corrupt ({e})") from None
 
 
+def split_grouped_pair(line: str, path: Path, line_no: int) -> tuple[str, str, str | None]:
+    """`s1<TAB>s2`, or `s1<TAB>s2<TAB>GROUP` with GROUP a whole number (anything else in a third column is
+    split_pair's error, which names an STS file's `score<TAB>s1<TAB>s2`)."""
+    parts = line.split("\t")
+    if len(parts) == 3 and parts[2].isascii() and parts[2].isdigit():
+        return parts[0], parts[1], parts[2]
+    return *split_pair(line, path, line_no), None
+
+
 def tokenize_pairs(path: Path, model: Model, skip_bad: bool, threads: int) -> MemorySource:
-    """Tokenize a TSV of pairs chunk by chunk into a MemorySource of the model's token ids."""
+    """Tokenize a TSV of pairs chunk by chunk into a MemorySource of the model's token ids, with the pairs'
+    groups numbered in order of first appearance where any line names one."""
     sides: list[list[tuple[np.ndarray, np.ndarray]]] = [[], []]
-    for chunk in iter_pairs(path, skip_bad):
+    numbers: dict[str, int] = {}
+    groups: list[int] = []
+    for *chunk, named in iter_pairs(path, skip_bad):
         for side, texts in zip(sides, chunk, strict=True):
             ids, lens = model.token_ids(texts, num_threads=threads)
             side.append((ids.astype(np.int32), lens))
+        groups += [-1 if g is None else numbers.setdefault(g, len(numbers)) for g in named]
     src, tgt = ((np.concatenate([a for a, _ in s] or [[]]), np.concatenate([b for _, b in s] or [[]])) for s in sides)
-    return MemorySource(src, tgt)
+    return MemorySource(src, tgt, np.array(groups, dtype=np.int64) if numbers else None)
 
 
 def shard_paths(items: list[str]) -> list[Path]:

@@ -71,7 +71,7 @@ def sentencepiece_from_text(
     tmp = Path(name)
     try:
         with open(fd, "w", encoding="utf-8") as f, reporting_full_disk(workdir / SP_INPUT):
-            for src, tgt in iter_pairs(path, skip_bad):
+            for src, tgt, _ in iter_pairs(path, skip_bad):
                 text = "\n".join(itertools.chain(src, tgt))
                 fresh = [s for s in (text.lower() if lowercase else text).split("\n") if s and hash(s) not in seen]
                 seen.update(map(hash, fresh))

@@ -135,7 +135,8 @@ def scramble(ids: torch.Tensor, offsets: torch.Tensor, rate: float) -> torch.Ten
 
 
 class MegaBatch:
-    """The 2n sentences of n pairs (sources first) on the device, and each one's mined negative."""
+    """The 2n sentences of n pairs (sources first) on the device, their paraphrase groups where the pairs name them
+    (`labels`), and each one's mined negative."""
 
     def __init__(self, model: Model, data: PairData, device: torch.device):
         self.n = len(data)
@@ -145,6 +146,7 @@ class MegaBatch:
         self.host_lengths = bags.lengths().numpy()  # the host's copy: a mini-batch's size without asking the GPU
         self.sentences = bags.to(device)
         self.lengths = self.sentences.lengths()
+        self.labels = None if data.groups is None else torch.from_numpy(np.tile(data.groups, 2)).to(device)
         self.negatives: torch.Tensor | None = None
         self.host_negatives: np.ndarray | None = None
 
@@ -153,7 +155,7 @@ class MegaBatch:
         with torch.no_grad():
             s = self.sentences
             vectors = torch.cat([model(*s.slice(a, a + EMBED_CHUNK)) for a in range(0, 2 * self.n, EMBED_CHUNK)])
-        self.negatives = mine_hardest(vectors, sentence_groups(*self.sentences), bitext, dtype)
+        self.negatives = mine_hardest(vectors, sentence_groups(*self.sentences), bitext, dtype, labels=self.labels)
         self.host_negatives = None
 
     def minibatch(self, start: int, stop: int, one_sided: bool):

@@ -170,7 +170,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="paraphrastic-train",
     )
     data = p.add_mutually_exclusive_group()  # required, with --output-dir: checked below, so one error names both
-    data.add_argument("--train-file", type=Path, help="TSV of sentence pairs s1<TAB>s2 (.gz accepted); required, or:")
+    data.add_argument(
+        "--train-file",
+        type=Path,
+        help="TSV of sentence pairs s1<TAB>s2, or s1<TAB>s2<TAB>GROUP (a whole number: no "
+        "sentence is mined as a negative of its own group) (.gz accepted); required, or:",
+    )
     data.add_argument("--train-shards", nargs="+", metavar="DIR_OR_FILE", help="HDF5 shards from preprocess/")
     p.add_argument("--output-dir", type=Path, help="model.pt, best.pt, resume.pt, metrics.jsonl (required)")
     p.add_argument(

@@ -25,8 +25,9 @@
 #      NEIGHBOURS=0 SOFT=0 give random batches and one-hot labels), lr 0.001, 6000 updates; best.pt chosen every 500
 #      on the mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train; NESTED="64 128" adds every loss on the
 #      vectors' first 64 and 128 values too (--nested-dims); plus MARGIN (1) x the paper's margin loss on the WMT
-#      systems' paraphrase pairs (139,817 of the pairs file's, none with a held-apart sentence:
-#      wmt.training_pairs), hardest negatives from MEGABATCH (10) batches of 128 (MARGIN=0: none; the recipe then
+#      systems' paraphrase pairs (139,817 of the pairs file's, none with a held-apart sentence, each with its group:
+#      wmt.training_pairs), hardest negatives from MEGABATCH (10) batches of 128, never of the anchor's own group
+#      (MARGIN=0: none; the recipe then
 #      reads the caption pairs and teaches nothing from them, as the default before it did);
 #   6. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose, then
 #      weighted by SIF / (SIF + p(piece)) (0.03; p counted on the distillation text; SIF=0: not weighted)
@@ -80,7 +81,7 @@ from pathlib import Path
 from paraphrastic.fileio import atomic_output
 from paraphrastic.preprocess.wmt import training_pairs
 with atomic_output(sys.argv[2], "w") as f:
-    f.writelines(f"{a}\t{b}\n" for a, b in training_pairs(Path(sys.argv[1])))
+    f.writelines("\t".join(pair) + "\n" for pair in training_pairs(Path(sys.argv[1])))  # sentence, sentence, group
 PY
 fi
 { head -n "$labelled" "$out/distill.txt"; [ "$wmt" = 0 ] || head -n "$wmt" "$out/wmt.txt"; } > "$out/labelled.txt"  # targets.npy's rows

@@ -270,3 +270,20 @@ def test_lstm_ranks_agree_on_table_and_lstm_weights(data, tmp_path):
     assert any(k.startswith("lstms.0.") for k in ranks)
     saved = torch.load(tmp_path / "ddp" / "model.pt", weights_only=True)["lstm"]
     assert all(torch.equal(saved[k], ranks[f"lstms.{k}"]) for k in saved)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_packed_pairs_come_back_whole_with_their_groups(grouped):
+    """What --global-megabatch all-gathers: a rank's pairs packed in one tensor, unpacked the same, groups too."""
+    import numpy as np
+
+    from paraphrastic.pairs import PairData
+
+    rng = np.random.default_rng(0)
+    lens = [rng.integers(1, 6, 9) for _ in range(2)]
+    sides = [(rng.integers(0, 50, int(n.sum())), n) for n in lens]
+    data = PairData(*sides, rng.integers(-1, 4, 9) if grouped else None)
+    back = distributed.unpack_pairs(distributed.pack_pairs(data))
+    for side in ("src", "tgt"):
+        assert all(np.array_equal(a, b) for a, b in zip(getattr(back, side), getattr(data, side), strict=True))
+    assert (back.groups is None) if not grouped else np.array_equal(back.groups, data.groups)

@@ -71,7 +71,7 @@ def test_the_default_recipe_builds_its_text_pieces_and_targets_with_the_wmt_text
     assert "== teacher:" in done.stderr and "== train" not in done.stderr
     held = wmt.held_apart_sentences(data)
     margin = (out / "wmt-pairs.tsv").read_text(encoding="utf-8").splitlines()  # MARGIN's pairs: none held apart
-    assert margin and margin == [f"{a}\t{b}" for a, b in wmt.training_pairs(data)]
+    assert margin and margin == ["\t".join(pair) for pair in wmt.training_pairs(data)]  # sentence, sentence, group
     added = (out / "wmt.txt").read_text(encoding="utf-8").splitlines()
     assert len(added) > 25 and not held & set(added)
     labelled = (out / "labelled.txt").read_text(encoding="utf-8").splitlines()

@@ -30,6 +30,7 @@ from paraphrastic import (
     train_config,
     workers,
 )
+from paraphrastic.fileio import InputError
 from paraphrastic.pairs import PairData, PairSampler, ShardSet, shard_paths, tokenize_pairs
 
 
@@ -112,7 +113,7 @@ def random_megabatch(n: int, seed: int):
     return sents, ids, torch.cumsum(lengths, 0) - lengths
 
 
-def brute_force_allowed(sents, x: int, bitext: bool) -> list[int]:
+def brute_force_allowed(sents, x: int, bitext: bool, labels=None) -> list[int]:
     n = len(sents) // 2
     partner = lambda i: (i + n) % (2 * n)  # noqa: E731
     pool = (range(n, 2 * n) if x < n else range(n)) if bitext else range(2 * n)
@@ -120,14 +121,16 @@ def brute_force_allowed(sents, x: int, bitext: bool) -> list[int]:
         y
         for y in pool
         if sents[y] != sents[x] and sents[y] != sents[partner(x)] and sents[partner(y)] != sents[x] and y != x
-    ]
+        and (labels is None or labels[x] < 0 or labels[y] != labels[x])
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("bitext", [False, True])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("listed", [True, False])  # forbidden pairs listed, or compared by group per block
 @pytest.mark.parametrize("chunk", [5, 8, 64])  # blocks ending past n, on n, and one block for all
-def test_mined_negative_is_the_brute_force_argmax(bitext, precision, listed, chunk, monkeypatch):
+@pytest.mark.parametrize("labelled", [False, True])  # the pairs name their paraphrase groups (some none)
+def test_mined_negative_is_the_brute_force_argmax(bitext, precision, listed, chunk, labelled, monkeypatch):
     if not listed:
         monkeypatch.setattr(negatives, "MAX_LISTED_COPIES", 0)
     n = 23
@@ -135,11 +138,12 @@ def test_mined_negative_is_the_brute_force_argmax(bitext, precision, listed, chu
     vectors = torch.randn(2 * n, 12, generator=torch.Generator().manual_seed(1))
     dtype = torch.float32 if precision == "fp32" else torch.bfloat16
     groups = negatives.sentence_groups(ids, offsets)
-    got = negatives.mine_hardest(vectors, groups, bitext, dtype, chunk=chunk).tolist()
+    labels = torch.randint(-1, 6, (n,), generator=torch.Generator().manual_seed(2)).repeat(2) if labelled else None
+    got = negatives.mine_hardest(vectors, groups, bitext, dtype, chunk=chunk, labels=labels).tolist()
     unit = torch.nn.functional.normalize(vectors.double(), dim=1)
     cos = (unit @ unit.T).numpy()
     for x in range(2 * n):
-        allowed = brute_force_allowed(sents, x, bitext)
+        allowed = brute_force_allowed(sents, x, bitext, None if labels is None else labels.tolist())
         if not allowed:
             assert got[x] == -1
             continue
@@ -216,6 +220,40 @@ def test_sampler_reads_each_pair_once_per_epoch_and_reshuffles(sp_bytes, pairs_f
     assert orders[0] != orders[1]
     again = PairSampler(source, seed=5, block=4, window=24).read(0, 20, 30)
     assert np.array_equal(again.src[0], sampler.read(0, 20, 30).src[0])
+
+
+def test_a_third_column_names_each_pairs_group_and_the_sampler_carries_it(sp_bytes, tmp_path):
+    """`s1<TAB>s2<TAB>GROUP` lines: groups numbered in order of first appearance (-1 for a line without one), each
+    pair's group following it through the sampler's shuffle and the mega-batch's copy on the device; a line of an STS
+    file (a number, then two sentences) is still refused."""
+    src, tgt = generated_sentences(60, seed=11), generated_sentences(60, seed=12)
+    lines = [f"{src[i]}\t{tgt[i]}" + (f"\t{i % 7}0" if i % 5 else "") for i in range(60)]
+    lines[7] = f"5.\t{tgt[7]}\t{7 % 7}0"  # a number first: still a pair and its group
+    path = tmp_path / "grouped.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    source = tokenize_pairs(path, sp_model(sp_bytes), skip_bad=False, threads=1)
+    named = [f"{i % 7}0" if i % 5 else None for i in range(60)]
+    order = list(dict.fromkeys(g for g in named if g))
+    assert source.groups.tolist() == [order.index(g) if g else -1 for g in named]
+    model = sp_model(sp_bytes)
+
+    def keys(data):  # each pair's ids, both sides
+        return [(tuple(a), tuple(b)) for a, b in zip(*(np.split(ids, np.cumsum(lens)[:-1]) for ids, lens in
+                                                      (data.src, data.tgt)), strict=True)]  # fmt: skip
+
+    where = {key: i for i, key in enumerate(keys(PairData(*source.read(0, 60))))}
+    assert len(where) == 60
+    data = PairSampler(source, seed=3, block=4, window=16).read(0, 0, 60)
+    assert [source.groups[where[key]] for key in keys(data)] == data.groups.tolist()  # each pair's own group
+    mb = train.MegaBatch(model, data, torch.device("cpu"))
+    assert mb.labels.tolist() == data.groups.tolist() * 2
+    mb.mine(model, bitext=False, dtype=torch.float32)
+    labels, negs = mb.labels.numpy(), mb.negatives.numpy()
+    assert all(labels[x] < 0 or labels[y] != labels[x] for x, y in enumerate(negs) if y >= 0)
+    for line in ("3.5\tA man plays.\tA man is playing.", "A man plays.\tA man is playing.\tg1"):
+        path.write_text(line + "\n")
+        with pytest.raises(InputError, match="found 2 tabs"):
+            tokenize_pairs(path, sp_model(sp_bytes), skip_bad=False, threads=1)
 
 
 def write_shards(source, sp_bytes, folder, cut: int):

@@ -60,8 +60,8 @@ def test_a_dev_pair_is_the_reference_and_its_least_overlapping_paraphrase(tmp_pa
     assert wmt.overlap("a b c", "c d") == 0.5 and wmt.overlap("", "a") == 0.0
 
 
-def test_margin_pairs_drop_every_pair_with_a_held_apart_side(tmp_path):
-    assert list(wmt.training_pairs(small_data(tmp_path))) == [("The cat sat down.", "A cat sat.")]
+def test_margin_pairs_drop_every_pair_with_a_held_apart_side_and_name_their_group(tmp_path):
+    assert list(wmt.training_pairs(small_data(tmp_path))) == [("The cat sat down.", "A cat sat.", "0")]
 
 
 def test_the_scripts_keep_the_held_apart_sets_out(tmp_path):
@@ -79,6 +79,8 @@ def test_no_held_apart_sentence_is_in_the_real_training_text(shared_data):
     assert len(held & base) < 30  # a few short ones the older text holds ("Yes.", "Thank you in advance.")
     assert not held & set(wmt.english_sentences(shared_data, exclude=base))
     pairs = list(wmt.training_pairs(shared_data))
-    assert len(pairs) > 100_000 and not held & {s for pair in pairs for s in pair}
+    assert len(pairs) > 100_000 and not held & {s for pair in pairs for s in pair[:2]}
+    groups = [set(members) for _, members in wmt.read_groups(shared_data / wmt.GROUPS)]
+    assert sum(a in groups[int(k)] and b in groups[int(k)] for a, b, k in pairs) > 0.99 * len(pairs)
     dev = wmt.dev_pairs(shared_data, exclude=base)
     assert len(dev) > 3_000 and not base & {s for pair in dev for s in pair}
