@@ -84,3 +84,10 @@ def test_no_held_apart_sentence_is_in_the_real_training_text(shared_data):
     assert sum(a in groups[int(k)] and b in groups[int(k)] for a, b, k in pairs) > 0.99 * len(pairs)
     dev = wmt.dev_pairs(shared_data, exclude=base)
     assert len(dev) > 3_000 and not base & {s for pair in dev for s in pair}
+
+
+def test_the_group_negatives_script_counts_the_anchors(tmp_path):
+    run = [sys.executable, str(ROOT / "scripts/group_negatives.py"), "--data-dir", str(small_data(tmp_path)),
+           "--megabatches", "2"]  # fmt: skip
+    done = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    assert "0 of 0 anchors" in done or " of 4 anchors" in done  # one pair: its two sentences, twice
