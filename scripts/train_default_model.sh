@@ -25,9 +25,9 @@
 #      NEIGHBOURS=0 SOFT=0 give random batches and one-hot labels), lr 0.001, 6000 updates; best.pt chosen every 500
 #      on the mean of STS 2017 en-en, STS Benchmark dev and STS 2012 train; NESTED="64 128" adds every loss on the
 #      vectors' first 64 and 128 values too (--nested-dims); plus MARGIN (1) x the paper's margin loss on the WMT
-#      systems' paraphrase pairs (139,817 of the pairs file's, none with a held-apart sentence, each with its group:
-#      wmt.training_pairs), hardest negatives from MEGABATCH (10) batches of 128, never of the anchor's own group
-#      (MARGIN=0: none; the recipe then
+#      systems' paraphrase pairs (139,817 of the pairs file's, none with a held-apart sentence:
+#      wmt.training_pairs), hardest negatives from MEGABATCH (10) batches of 128 (WMT_GROUPS=1: never a sentence of the
+#      anchor's own group; the dev sets tie, so the shipped model has copies alone kept out) (MARGIN=0: none; the recipe then
 #      reads the caption pairs and teaches nothing from them, as the default before it did);
 #   6. every row centred on 100,000 training sentences and whitened by the power the same dev sets choose, then
 #      weighted by SIF / (SIF + p(piece)) (0.03; p counted on the distillation text; SIF=0: not weighted)
@@ -44,7 +44,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${PARAPHRASTIC_DATA:-../shared/data}
 out=${1:-runs/default}
-wmt=${WMT:-0} margin=${MARGIN:-1} megabatch=${MEGABATCH:-10} sif=${SIF:-0.03} model=${MODEL_OUT:-data/models/default.pt} nested=${NESTED:-}
+wmt=${WMT:-0} margin=${MARGIN:-1} megabatch=${MEGABATCH:-10} groups=${WMT_GROUPS:-0} sif=${SIF:-0.03} model=${MODEL_OUT:-data/models/default.pt} nested=${NESTED:-}
 vocab=${VOCAB:-80000} dim=${DIM:-256} precision=${PRECISION:-int8} labelled=${LABELLED:-360000} contrastive=${CONTRASTIVE:-20} relate=${RELATE:-30} neighbours=${NEIGHBOURS:-3} soft=${SOFT:-0.05} teachers=${TEACHERS:-all-MiniLM-L6-v2,use-multilingual-v3} weights=${WEIGHTS:-} device=${DEVICE:-cpu}
 if [ -n "$weights" ] && { ! [[ "$weights" =~ ^[0-9.]+(,[0-9.]+)*$ ]] || [ "$(tr -cd , <<< "$weights")" != "$(tr -cd , <<< "$teachers")" ]; }; then
   echo "error: WEIGHTS=$weights: give one number per teacher of TEACHERS ($teachers), comma-separated" >&2; exit 2
@@ -74,14 +74,15 @@ if [ "$wmt" != 0 ] && [ ! -f "$out/wmt.txt" ]; then
 fi
 pairs="$data/train/en_paraphrase/multi30k_task2_en_captions.pairs.tsv.gz"  # read, not taught, at MARGIN=0
 if [ "$margin" != 0 ]; then
-  pairs="$out/wmt-pairs.tsv"
-  [ -f "$pairs" ] || step wmt-pairs python - "$data" "$pairs" <<'PY'
+  pairs="$out/wmt-pairs.tsv"; [ "$groups" = 0 ] || pairs="$out/wmt-pairs-groups.tsv"
+  [ -f "$pairs" ] || step wmt-pairs python - "$data" "$pairs" "$groups" <<'PY'
 import sys
 from pathlib import Path
 from paraphrastic.fileio import atomic_output
 from paraphrastic.preprocess.wmt import training_pairs
+columns = 2 if sys.argv[3] == "0" else 3  # sentence, sentence(, its group)
 with atomic_output(sys.argv[2], "w") as f:
-    f.writelines("\t".join(pair) + "\n" for pair in training_pairs(Path(sys.argv[1])))  # sentence, sentence, group
+    f.writelines("\t".join(pair[:columns]) + "\n" for pair in training_pairs(Path(sys.argv[1])))
 PY
 fi
 { head -n "$labelled" "$out/distill.txt"; [ "$wmt" = 0 ] || head -n "$wmt" "$out/wmt.txt"; } > "$out/labelled.txt"  # targets.npy's rows

@@ -66,11 +66,11 @@ def test_the_default_recipe_builds_its_text_pieces_and_targets_with_the_wmt_text
     data, out = sampled, tmp_path / "run"
     done = run_recipe(
         "train_default_model.sh", out, data, tmp_path, STOP_AFTER="teacher", VOCAB="400", DIM="8", LABELLED="100",
-        WMT="25", MARGIN="1", MODEL_OUT=str(tmp_path / "model.pt"),
+        WMT="25", MARGIN="1", WMT_GROUPS="1", MODEL_OUT=str(tmp_path / "model.pt"),
     )  # fmt: skip
     assert "== teacher:" in done.stderr and "== train" not in done.stderr
     held = wmt.held_apart_sentences(data)
-    margin = (out / "wmt-pairs.tsv").read_text(encoding="utf-8").splitlines()  # MARGIN's pairs: none held apart
+    margin = (out / "wmt-pairs-groups.tsv").read_text(encoding="utf-8").splitlines()  # none held apart
     assert margin and margin == ["\t".join(pair) for pair in wmt.training_pairs(data)]  # sentence, sentence, group
     added = (out / "wmt.txt").read_text(encoding="utf-8").splitlines()
     assert len(added) > 25 and not held & set(added)
