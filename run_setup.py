@@ -137,7 +137,7 @@ def new_model(config: Config, out: Path, threads: int, lowercase: bool, sp: Toke
             tokenizers.append(sp)
         else:
             tqdm.write(f"counting the {tokens}s of {config.train_file} (top {config.max_types} kept)")
-            texts = (src + tgt for src, tgt in iter_pairs(config.train_file, config.skip_bad_lines))
+            texts = (src + tgt for src, tgt, _ in iter_pairs(config.train_file, config.skip_bad_lines))
             tokenizers.append(TOKENIZERS[tokens](build_vocab(tokens, texts, config.max_types, lowercase), lowercase))
     table = torch.randn(sum(map(len, tokenizers)), config.dim, generator=torch.Generator().manual_seed(config.seed))
     if parts == [("mean", "sp")]:
