@@ -43,12 +43,10 @@ def training_pairs(data: Path) -> Iterator[tuple[str, str, str]]:
     """The pairs file's paraphrase pairs (low overlap, at most 6 a group) with no held-apart sentence on either side,
     in file order, each with the number of its group (its first sentence's first group in the groups file), so that
     no member of a group is mined as another's negative: margin-loss pairs for the English recipe's MARGIN."""
-    held, group = set(), {}
-    for k, (name, members) in enumerate(read_groups(data / GROUPS)):
+    held, group = held_apart_sentences(data), {}
+    for k, (_, members) in enumerate(read_groups(data / GROUPS)):
         for sentence in members:
             group.setdefault(sentence, k)
-            if name in HELD_APART:
-                held.add(sentence)
     with gzip.open(data / PAIRS, "rt", encoding="utf-8") as f:
         for line in f:
             a, b = line.rstrip("\n").split("\t")
