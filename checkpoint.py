@@ -245,6 +245,7 @@ def read_checkpoint(path: Path, early: list | None = None) -> dict | None:
                     not isinstance(scan, dict)
                     or scan.get("format") != FORMAT
                     or not isinstance(scan.get("sp_model"), bytes)
+                    or "piece_index" in scan  # the tokenizer is cut to each small job's pieces: nothing to build
                 ):
                     return
                 config = scan.get("config")
@@ -267,7 +268,8 @@ def checkpoint_fields(state: dict, path: Path, early: TokenizerLoad | None = Non
     both readers use, on numpy arrays (here) or torch tensors (models.py) alike. `format_version` 1 holds a 2-D float
     `embedding`; 2 holds it as int8 rows with bfloat16 row scales (`embedding_scale`, (rows, 1)). `config` is plain
     data with `lowercase` (bool) and `encoder` (str, default "sp"; "parts" for a general model); `sp_model` is a
-    sentencepiece model's bytes; `piece_rows` (piece id -> row, -1: none) and `unk_row` are optional. Returns the
+    sentencepiece model's bytes, `piece_index` its `pieces.piece_index` (optional: a small job's tokenizer is
+    then cut to its pieces); `piece_rows` (piece id -> row, -1: none) and `unk_row` are optional. Returns the
     fields with a `tokenizer` for an SP model alone (`early`'s, where it was built from the same bytes); a ModelError
     names the first field that is wrong."""
     version = state.get("format_version")
@@ -311,7 +313,7 @@ def sp_tokenizer(state: dict, path: Path, early: TokenizerLoad | None = None) ->
     lowercase = state["config"]["lowercase"]
     if early is not None and early.lowercase == lowercase and early.sp_model == state["sp_model"]:
         return early.result()
-    return Tokenizer(state["sp_model"], lowercase, source=path)
+    return Tokenizer(state["sp_model"], lowercase, source=path, index=state.get("piece_index"))
 
 
 def dtype_name(array) -> str | None:

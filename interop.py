@@ -26,7 +26,7 @@ from paraphrastic import load_encoder
 from paraphrastic.cli import run_cli
 from paraphrastic.fileio import ModelError, atomic_output, install_hint, make_folder
 from paraphrastic.options import export_args
-from paraphrastic.pieces import Tokenizer
+from paraphrastic.pieces import Tokenizer, proto_fields
 from paraphrastic.static import CHECKED, SP_FILE, SPEncoder
 
 if TYPE_CHECKING:
@@ -40,42 +40,10 @@ PLACEHOLDER = "\ue000"  # a private-use character: stands for a run of unknown c
 HIDDEN = "\ue001"  # prefixes control pieces (<s>, </s>) so no text can match them; inputs never keep it
 
 
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    """Decode a protobuf varint at `i`: (value, next index)."""
-    value = shift = 0
-    while True:
-        byte = data[i]
-        value |= (byte & 0x7F) << shift
-        i, shift = i + 1, shift + 7
-        if byte < 0x80:
-            return value, i
-
-
-def _proto_fields(data: bytes) -> dict[int, int | bytes]:
-    """The first value of each field of a serialized protobuf message (enough for sentencepiece's specs)."""
-    fields: dict[int, int | bytes] = {}
-    i = 0
-    while i < len(data):
-        key, i = _varint(data, i)
-        wire = key & 7
-        if wire == 0:
-            value, i = _varint(data, i)
-        elif wire == 2:
-            size, i = _varint(data, i)
-            value, i = data[i : i + size], i + size
-        elif wire in (1, 5):
-            size = 8 if wire == 1 else 4
-            value, i = data[i : i + size], i + size
-        else:
-            raise ModelError(f"the sentencepiece model is not a protobuf message (wire type {wire})")
-        fields.setdefault(key >> 3, value)
-    return fields
-
-
 def sentencepiece_specs(sp_model: bytes) -> tuple[dict, dict]:
     """(trainer spec, normalizer spec) fields of a sentencepiece model, read without protobuf installed."""
-    model = _proto_fields(sp_model)
-    return _proto_fields(model.get(2, b"")), _proto_fields(model.get(3, b""))
+    model = proto_fields(sp_model)
+    return proto_fields(model.get(2, b"")), proto_fields(model.get(3, b""))
 
 
 def hf_tokenizer(tokenizer: Tokenizer) -> tokenizers.Tokenizer:

@@ -237,6 +237,9 @@ class Model(nn.Module, Encoding):
         sp = [t for t in self.tokenizers if t.kind == "sp"]
         if sp:
             state["sp_model"] = sp[0].sp_model
+            if (index := sp[0].index) is not None:  # so that a small job's tokenizer is cut to its pieces
+                state["piece_index"] = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                                        for k, v in index.items()}  # fmt: skip
         if "parts" in self.config:
             state["vocabs"] = [getattr(t, "vocab", None) for t in self.tokenizers]
             state["lstm"] = {k: v.detach().cpu().clone() for k, v in self.lstms.state_dict().items()}

@@ -668,8 +668,15 @@ class SPEncoder(Encoding):
         return f"SPEncoder(rows={len(self.stored)}, dim={self.dim}, lowercase={self.tokenizer.lowercase})"
 
     def before_fork(self) -> None:
-        """Make the float32 table before workers fork, so that they share it instead of each making its own."""
-        self.table  # noqa: B018 - the property makes it
+        """Make the float32 table and the whole tokenizer before workers fork, so that they share them instead of
+        each making its own."""
+        self.table  # noqa: B018 - the properties make them
+        self.tokenizer.sp  # noqa: B018
+
+    def warm_up(self) -> None:
+        """Build the whole tokenizer too: a worker or an actor that warms up has a long job ahead."""
+        self.tokenizer.sp  # noqa: B018 - the property builds it
+        super().warm_up()
 
     def token_ids(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         return self.tokenizer.encode_flat(texts, num_threads)
@@ -738,9 +745,8 @@ def unknown_in(flat: np.ndarray, lengths: np.ndarray, tokenizer: Tokenizer) -> n
     if not len(unknown_at):
         return np.zeros(len(lengths), dtype=bool)
     ends = np.cumsum(lengths)
-    space = tokenizer.sp.piece_to_id("\u2581") if tokenizer.kind == "sp" else -1
-    if tokenizer.kind == "sp" and tokenizer.sp.id_to_piece(space) != "\u2581":
-        space = -1
+    space = tokenizer.piece_id("\u2581") if tokenizer.kind == "sp" else -1
+    space = -1 if space == tokenizer.unk_id else space
     unknown = np.bincount(np.searchsorted(ends, unknown_at, side="right"), minlength=len(lengths))
     spaces = np.bincount(np.searchsorted(ends, np.flatnonzero(flat == space), side="right"), minlength=len(lengths))
     return unknown * 2 > lengths - spaces

@@ -117,9 +117,107 @@ def test_a_small_job_pools_its_own_rows_with_the_whole_tables_bits(tmp_path):
         assert model._table is not None
 
 
-def test_the_tokenizer_is_built_in_a_thread_while_the_table_is_read(tiny_model_file, monkeypatch):
-    """load_encoder starts sentencepiece's build as soon as the pickle is scanned, takes that tokenizer, and leaves
-    no thread behind; a file whose sentencepiece bytes were changed after the scan is read with its own."""
+SOUP = "abcxyz ABC 0189 .,;'!?-  \t\u00a0\u200b\u0301éßÇœﬁ’“—日本語中文Ελληνικάعربيё😀𝔘\ufffd\x01"
+
+
+def soup(rng, n: int) -> list[str]:
+    """`n` texts of characters drawn from SOUP (scripts, marks, spaces, controls), 0-40 long."""
+    return ["".join(rng.choice(SOUP) for _ in range(rng.randrange(41))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("name", ["default", "multilingual"])
+def test_a_cut_vocabulary_gives_the_whole_models_ids(name):
+    """A small job's tokenizer holds only the pieces its texts can hold: every batch, real or a character soup,
+    gets the ids of the whole model, which is never built."""
+    import random
+
+    tokenizer = paraphrastic.load_encoder(name).tokenizer
+    whole = pieces.built(tokenizer.sp_model)
+    rng = random.Random(0)
+    texts = generated_sentences(200) + AWKWARD[:-1] + soup(rng, 400)
+    rng.shuffle(texts)
+    for start in range(0, len(texts), 7):
+        batch = pieces.cased(texts[start : start + 7], tokenizer.lowercase)
+        assert tokenizer.cut.encode(batch) == [whole.encode(text) for text in batch]
+    assert "sp" not in vars(tokenizer) and len(tokenizer) == whole.get_piece_size()
+    assert tokenizer.unk_id == whole.unk_id() and tokenizer.piece_id("\u2581") == whole.piece_to_id("\u2581")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(st.characters(exclude_categories=["Cs"]), max_size=30), max_size=4))
+def test_a_cut_vocabulary_gives_the_whole_models_ids_for_any_text(texts):
+    tokenizer = cut_default()
+    assert tokenizer.cut.encode(texts) == [cut_default.whole.encode(text) for text in texts]
+
+
+def cut_default():
+    """The shipped English model's tokenizer, once (hypothesis calls the test many times)."""
+    if not hasattr(cut_default, "whole"):
+        cut_default.tokenizer = paraphrastic.load_encoder("default").tokenizer
+        cut_default.whole = pieces.built(cut_default.tokenizer.sp_model)
+    return cut_default.tokenizer
+
+
+def test_a_small_job_never_builds_the_whole_tokenizer_and_a_large_one_does(tiny_model_file):
+    """Until SMALL_CHARS characters, the cut vocabulary; then, or before workers fork, the whole model, once: the same
+    ids all along."""
+    model = paraphrastic.load_encoder(tiny_model_file)
+    texts = generated_sentences(20)
+    small = model.tokenizer.encode(texts)
+    assert "sp" not in vars(model.tokenizer) and 0 < model.tokenizer.cut_chars <= pieces.SMALL_CHARS
+    large = model.tokenizer.encode(texts * (pieces.SMALL_CHARS // sum(map(len, texts)) + 1))
+    assert "sp" in vars(model.tokenizer) and large[: len(texts)] == small
+    model = paraphrastic.load_encoder(tiny_model_file)
+    model.before_fork()
+    assert "sp" in vars(model.tokenizer)
+
+
+def test_models_a_cut_vocabulary_may_misread_get_no_index(corpus_file, sp_bytes):
+    """No piece index for a model with user-defined pieces (matched before normalization) or another algorithm than
+    unigram's; each then builds its whole model, as before."""
+    import io
+
+    import sentencepiece as spm
+
+    assert pieces.piece_index(sp_bytes) is not None
+    for options in ({"user_defined_symbols": ["foo"]}, {"model_type": "bpe"}):
+        buf = io.BytesIO()
+        spm.SentencePieceTrainer.train(input=str(corpus_file), model_writer=buf, vocab_size=120, hard_vocab_limit=False,
+                                       num_threads=1, minloglevel=2, **options)  # fmt: skip
+        assert pieces.piece_index(buf.getvalue()) is None
+        assert "sp" in vars(pieces.Tokenizer(buf.getvalue(), lowercase=True))
+
+
+@pytest.mark.parametrize("fault", ["size", "order", "ids", "always", "fewer", "missing"])
+def test_a_piece_index_that_does_not_fit_its_model_is_one_error_naming_the_file(tiny_model, tmp_path, fault):
+    index = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in tiny_model.sp_tokenizer.index.items()}
+    if fault == "size":
+        index["sizes"][3] += 1
+    elif fault == "order":
+        index["hashes"][[0, -1]] = index["hashes"][[-1, 0]]
+    elif fault == "ids":
+        index["ids"][0] = index["ids"][1]
+    elif fault == "always":
+        index["always"][0] = len(index["sizes"])
+    elif fault == "fewer":  # the last piece left out of every array: the model's bytes still hold it
+        last, kept = len(index["sizes"]) - 1, index["ids"] != len(index["sizes"]) - 1
+        index |= {"sizes": index["sizes"][:-1], "hashes": index["hashes"][kept], "ids": index["ids"][kept]}
+        index["always"] = index["always"][index["always"] != last]
+    else:
+        del index["hashes"]
+    tiny_model.sp_tokenizer.index = index
+    tiny_model.save(tmp_path / "bad.pt")
+    for load in (paraphrastic.load_encoder, models.load_model):
+        with pytest.raises(ModelError, match="bad.pt: its piece index does not fit its sentencepiece model"):
+            load(tmp_path / "bad.pt")
+
+
+def test_the_tokenizer_is_built_in_a_thread_while_the_table_is_read(tiny_model, tmp_path, monkeypatch):
+    """For a model file without a piece index (saved before there was one), load_encoder starts sentencepiece's
+    build as soon as the pickle is scanned, takes that tokenizer, and leaves no thread behind; a file whose
+    sentencepiece bytes were changed after the scan is read with its own."""
+    tiny_model.sp_tokenizer.index = None
+    tiny_model.save(tiny_model_file := tmp_path / "tiny.pt")
     started, real = [], pieces.Tokenizer.in_thread
     monkeypatch.setattr(pieces.Tokenizer, "in_thread", lambda *a: started.append(real(*a)) or started[-1])
     threads = threading.active_count()
