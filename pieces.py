@@ -302,9 +302,9 @@ class CutVocabulary:
         for text in map(self.normalizer.Normalize, texts):
             for i in range(len(text)):
                 substrings.update(text[i : i + k] for k in range(1, min(self.longest, len(text) - i) + 1))
-        keep = np.union1d(list(self.ids_of(list(substrings)).values()), self.always).astype(np.int64)
-        sp = self.processor(keep.tolist())
-        return [keep[ids].tolist() for ids in sp.encode(list(texts))]
+        keep = sorted({*self.ids_of(list(substrings)).values(), *self.always.tolist()})  # not np.unique: numpy.ma
+        sp = self.processor(keep)
+        return [[keep[i] for i in ids] for ids in sp.encode(list(texts))]
 
 
 def segments(text: str, size: int = SEGMENT_CHARS) -> list[str]:
