@@ -339,7 +339,8 @@ def test_score_counts_every_unknown_side_from_the_ids_it_embeds(tmp_path, monkey
 
 def test_a_small_job_pools_without_importing_scipy(tmp_path):
     """The README's example, embedded and scored (--quiet), and one sentence encoded, pool with numpy alone and show
-    no bar: scipy's import would be a quarter of such a command's start-up, tqdm's a twentieth."""
+    no bar: scipy's import would be a quarter of such a command's start-up, tqdm's a twentieth; nor do they import
+    numpy.ma (np.union1d's, a tenth) or build the whole sentencepiece model (a third)."""
     code = f"""
 import sys
 import paraphrastic
@@ -350,12 +351,14 @@ assert score_sentence_pairs.main(["--sentence-pair-file", "{ROOT}/data/example-s
                                   "{tmp_path}/s.tsv", "--quiet"]) == 0
 model = paraphrastic.load_encoder()
 model.encode("A man is playing a guitar.")
-print(sorted(name for name in ("scipy.sparse", "torch", "tqdm") if name in sys.modules))
+print(sorted(name for name in ("scipy.sparse", "torch", "tqdm", "numpy.ma") if name in sys.modules))
+print("sp" in vars(model.tokenizer))
 model.warm_up()  # a worker's, as it starts: the kernel of a job's batches is loaded before its first job
 print(sorted(name for name in ("scipy.sparse", "torch", "tqdm") if name in sys.modules))
+print("sp" in vars(model.tokenizer))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert done.stdout == "[]\n['scipy.sparse']\n"
+    assert done.stdout == "[]\nFalse\n['scipy.sparse']\nTrue\n"
 
 
 def test_every_commands_help_imports_neither_numpy_nor_torch_nor_gradio():
