@@ -10,6 +10,7 @@ import io
 import pickle
 import pickletools
 import zipfile
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -174,8 +175,13 @@ def read_pickle(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, sto
     _Unpickler; without it, a scan). It is inflated once, into memory (at most MAX_PICKLE_BYTES: _pickle_member),
     where the walk's many small reads cost a fifth of what they cost from the zip's stream. `scanned` is given
     what a scan makes of it (plain values read, no storage) before the storages are read."""
-    with archive.open(info) as f:
-        data = io.BytesIO(f.read())
+    try:
+        with archive.open(info) as f:
+            data = io.BytesIO(f.read())
+    except zipfile.BadZipFile as e:  # its CRC-32: refused here, as torch would read it unchecked
+        if "CRC" not in str(e):
+            raise
+        raise _Hostile(f"member {info.filename} fails its CRC-32") from None
     count_ops(data, path)
     if scanned is not None:
         data.seek(0)
@@ -187,7 +193,8 @@ def read_pickle(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, sto
 def scan_model_file(path: Path) -> None:
     """Refuse, before torch reads it, a model file whose pickle asks for more than any model needs (a codec applied
     again and again, a pickle that inflates or holds millions of operations): a ModelError within a bounded time and
-    memory. What this cannot parse is left to torch.load to describe."""
+    memory), or one whose stored bytes fail their CRC-32 (torch reads them unchecked). What this cannot parse is left
+    to torch.load to describe."""
     try:
         with open(path, "rb") as raw:
             if zipfile.is_zipfile(raw):
@@ -195,6 +202,7 @@ def scan_model_file(path: Path) -> None:
                     if (info := _pickle_member(archive)) is None:
                         return
                     read_pickle(archive, info, path)
+                    check_stored(archive)
                 return
             budget = MAX_PICKLE_OPS
             for _ in range(5):  # the legacy format: magic, protocol, system, the object, the storage keys
@@ -212,6 +220,40 @@ def scan_model_file(path: Path) -> None:
 
 def refused(path: Path, error: _Hostile) -> ModelError:
     return ModelError(f"{path}: refused: {error} (the file is corrupt or hostile)")
+
+
+def data_offset(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> int:
+    """Where a member's bytes begin in the archive's file (after its local header, whose extra field may differ
+    from the central directory's)."""
+    archive.fp.seek(member.header_offset)
+    header = archive.fp.read(zipfile.sizeFileHeader)
+    if len(header) != zipfile.sizeFileHeader or header[:4] != zipfile.stringFileHeader:
+        raise _Hostile(f"member {member.filename} has no local header where the directory says")
+    names, extra = int.from_bytes(header[26:28], "little"), int.from_bytes(header[28:30], "little")
+    return member.header_offset + zipfile.sizeFileHeader + names + extra
+
+
+def read_stored(archive: zipfile.ZipFile, member: zipfile.ZipInfo, out: np.ndarray) -> np.ndarray:
+    """A stored (uncompressed) member's bytes read straight into `out`, checked against its CRC-32 as zipfile checks
+    it, in a third of the time of zipfile's reader, which copies through its buffers in small chunks (9 against 27
+    ms for the shipped model's table). A file that fails is refused: torch would read it unchecked."""
+    archive.fp.seek(data_offset(archive, member))
+    if archive.fp.readinto(memoryview(out).cast("B")) != member.file_size or zlib.crc32(out) != member.CRC:
+        raise _Hostile(f"member {member.filename} fails its CRC-32")
+    return out
+
+
+def check_stored(archive: zipfile.ZipFile) -> None:
+    """Every stored member's CRC-32, read in chunks: what torch.load skips."""
+    for member in archive.infolist():
+        if member.compress_type != zipfile.ZIP_STORED:
+            continue  # zipfile checks what it inflates
+        archive.fp.seek(data_offset(archive, member))
+        crc, left = 0, member.file_size
+        while left and (chunk := archive.fp.read(min(left, 1 << 20))):
+            crc, left = zlib.crc32(chunk, crc), left - len(chunk)
+        if left or crc != member.CRC:
+            raise _Hostile(f"member {member.filename} fails its CRC-32")
 
 
 def read_checkpoint(path: Path, early: list | None = None) -> dict | None:
@@ -235,10 +277,7 @@ def read_checkpoint(path: Path, early: list | None = None) -> dict | None:
                 member = archive.getinfo(f"{prefix}/data/{key}")
                 if member.compress_type != zipfile.ZIP_STORED or member.file_size != count * dtype.itemsize:
                     raise pickle.UnpicklingError("a storage of another size")
-                out = np.empty(count, dtype)
-                with archive.open(member) as f:
-                    f.readinto(memoryview(out).cast("B"))
-                return out
+                return read_stored(archive, member, np.empty(count, dtype))
 
             def tokenizer_early(scan) -> None:
                 if (

@@ -510,6 +510,27 @@ def test_damaged_sentencepiece_models_name_the_file(sp_bytes, pairs_file, tmp_pa
         models.load_model(legacy, sp_model=tmp_path / "garbage.bin")
 
 
+@pytest.mark.parametrize("member", ["data.pkl", "data/0"])
+def test_a_model_file_whose_bytes_fail_their_checksum_is_refused_by_both_readers(tiny_model_file, tmp_path, member):
+    """One bit flipped in the pickle or in the table: the zip's CRC-32 says so, and both readers refuse the file
+    (torch.load reads a stored tensor without checking it: the table would load wrong, silently)."""
+    flipped = tmp_path / "flipped.pt"
+    flipped.write_bytes(tiny_model_file.read_bytes())
+    with zipfile.ZipFile(flipped) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("/" + member))
+        start = checkpoint.data_offset(archive, info)
+    with open(flipped, "r+b") as f:
+        f.seek(start + info.file_size // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x10]))
+    for load in (load_encoder, models.load_model):
+        with pytest.raises(
+            models.ModelError, match=f"^{re.escape(str(flipped))}: refused: member .*{member} fails its CRC-32"
+        ):
+            load(flipped)
+
+
 @pytest.fixture
 def shard_file(sp_bytes, pairs_file, tmp_path) -> Path:
     source = tokenize_pairs(pairs_file, sp_model(sp_bytes), skip_bad=False, threads=1)
