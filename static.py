@@ -183,9 +183,21 @@ class Encoding:
         """No rows, as `finish` makes them: the width and type of what is embedded through it."""
         return finish(np.empty((0, self.dim), dtype=np.float32))
 
+    def whole_tokenizers(self) -> None:
+        """Build each sentencepiece model whole (a small job's is cut to its texts' pieces, `pieces.CutVocabulary`)."""
+        for tokenizer in self.tokenizers:
+            if tokenizer.kind == "sp":
+                tokenizer.sp  # noqa: B018 - the property builds it
+
+    def before_fork(self) -> None:
+        """Build what every worker reads before workers fork, so that they share it instead of each making its own."""
+        self.whole_tokenizers()
+
     def warm_up(self) -> None:
-        """Embed a batch of GATHER_PIECES texts, so that what a job's first batch loads (scipy's kernel: 0.1 s) is
-        loaded: a worker does this as it starts, while the caller still plans the jobs, not at its first job."""
+        """Build the whole tokenizers and embed a batch of GATHER_PIECES texts, so that what a job's first batch loads
+        (scipy's kernel: 0.1 s) is loaded: a worker does this as it starts, while the caller still plans the jobs,
+        not at its first job."""
+        self.whole_tokenizers()
         if self.on_cpu:
             self.embed_here(["."] * GATHER_PIECES)
 
@@ -670,13 +682,8 @@ class SPEncoder(Encoding):
     def before_fork(self) -> None:
         """Make the float32 table and the whole tokenizer before workers fork, so that they share them instead of
         each making its own."""
-        self.table  # noqa: B018 - the properties make them
-        self.tokenizer.sp  # noqa: B018
-
-    def warm_up(self) -> None:
-        """Build the whole tokenizer too: a worker or an actor that warms up has a long job ahead."""
-        self.tokenizer.sp  # noqa: B018 - the property builds it
-        super().warm_up()
+        self.table  # noqa: B018 - the property makes it
+        super().before_fork()
 
     def token_ids(self, texts: Sequence[str], num_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         return self.tokenizer.encode_flat(texts, num_threads)
