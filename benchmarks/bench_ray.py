@@ -48,10 +48,21 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(ticks), ticks[3] + ticks[4]  # idle and iowait
 
 
+def bundled_psutil():
+    """psutil as Ray bundles it (ray/thirdparty_files, which importing ray puts on sys.path; Ray 2.60 installs no
+    psutil of its own)."""
+    import ray  # noqa: F401 - first: it puts its bundled psutil on sys.path
+
+    # isort: split
+    import psutil
+
+    return psutil
+
+
 def process_kind(proc, command: int) -> str:
     """What a process of a timed command's tree is: the command itself, a Ray actor (a worker process), or another
     of its descendants (Ray's own processes: raylet, GCS, agents, monitors; or the local command's workers)."""
-    import psutil
+    psutil = bundled_psutil()
 
     if proc.pid == command:
         return "command"
@@ -65,7 +76,7 @@ def process_kind(proc, command: int) -> str:
 def sample_tree(command: int, seen: dict) -> None:
     """Note the CPU seconds so far of the command and each of its descendants, by (pid, start time): a process
     that ends between two samples keeps its last ones."""
-    import psutil  # Ray's own dependency
+    psutil = bundled_psutil()
 
     try:
         root = psutil.Process(command)
