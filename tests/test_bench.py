@@ -48,3 +48,11 @@ def test_the_device_check_runs_whole_on_the_cpu(shared_data, tmp_path):
     figures = ["matrix products", "batch  128, M =   2 bitext", "sentences/s end to end", "| 2 | ", "start-up:",
                "cpu bf16", "the disk alone:", "table equal to cpu's: True", "equal to the straight run bit for bit: True"]  # fmt: skip
     assert all(figure in done.stdout for figure in figures), done.stdout
+
+
+def test_the_ray_benchmark_finds_the_psutil_that_ray_bundles():
+    """bench_ray.py counts each process's CPU through psutil, which Ray 2.60 bundles instead of installing: found in
+    a fresh Python, where nothing has imported ray before."""
+    need("ray")
+    code = "import os, bench_ray; assert bench_ray.bundled_psutil().Process().pid == os.getpid()"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT / "benchmarks", check=True, capture_output=True)
