@@ -52,6 +52,7 @@ workers.use_threads(1)
 static.STREAM_TEXTS = 16_384  # a window of texts small beside the list of a million
 model = paraphrastic.load_encoder(sys.argv[1])
 model.table  # the float table, made before the count (the model's, at its first large job): not encode's memory
+model.whole_tokenizers()  # so is the whole sentencepiece model, built at the first large job too
 def kib(field):
     return int(Path("/proc/self/status").read_text().split(field + ":")[1].split()[0])
 before = kib("VmRSS")
