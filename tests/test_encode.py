@@ -307,8 +307,8 @@ def test_one_thread_freezes_what_it_held_only_while_it_embeds(model, monkeypatch
         assert seen[-1] == 0
         gc.freeze()
         frozen = gc.get_freeze_count()
-        model.encode(texts)
-        assert seen[-1] == frozen and gc.get_freeze_count() == frozen
+        model.encode(texts)  # a frozen object may die meanwhile (2 did once in a suite run): the count may fall
+        assert frozen - 100 < seen[-1] <= frozen and frozen - 100 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
         workers.use_threads(None)
