@@ -181,7 +181,7 @@ def read_pickle(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, sto
     except zipfile.BadZipFile as e:  # its CRC-32: refused here, as torch would read it unchecked
         if "CRC" not in str(e):
             raise
-        raise _Hostile(f"member {info.filename} fails its CRC-32") from None
+        raise bad_crc(info) from None
     count_ops(data, path)
     if scanned is not None:
         data.seek(0)
@@ -239,7 +239,7 @@ def read_stored(archive: zipfile.ZipFile, member: zipfile.ZipInfo, out: np.ndarr
     ms for the shipped model's table). A file that fails is refused: torch would read it unchecked."""
     archive.fp.seek(data_offset(archive, member))
     if archive.fp.readinto(memoryview(out).cast("B")) != member.file_size or zlib.crc32(out) != member.CRC:
-        raise _Hostile(f"member {member.filename} fails its CRC-32")
+        raise bad_crc(member)
     return out
 
 
@@ -253,7 +253,12 @@ def check_stored(archive: zipfile.ZipFile) -> None:
         while left and (chunk := archive.fp.read(min(left, 1 << 20))):
             crc, left = zlib.crc32(chunk, crc), left - len(chunk)
         if left or crc != member.CRC:
-            raise _Hostile(f"member {member.filename} fails its CRC-32")
+            raise bad_crc(member)
+
+
+def bad_crc(member: zipfile.ZipInfo) -> _Hostile:
+    """The refusal of a member whose bytes fail their CRC-32 (torch would read them unchecked)."""
+    return _Hostile(f"member {member.filename} fails its CRC-32")
 
 
 def read_checkpoint(path: Path, early: list | None = None) -> dict | None:

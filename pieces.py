@@ -27,7 +27,7 @@ from paraphrastic.fileio import ModelError, first_sentence
 
 SP_BATCH = 64  # texts from which sentencepiece's call on a list (a pool of threads) beats one call a text
 SEGMENT_CHARS = 1 << 16  # a longer text is tokenized in pieces cut at spaces (ids as Python ints: ~140 bytes a piece)
-SMALL_CHARS = 4096  # characters a process tokenizes with cut vocabularies (`CutVocabulary`) before it builds the whole
+SMALL_CHARS = 4096  # characters a tokenizer reads through cut vocabularies (`CutVocabulary`) before it builds the whole
 NORMAL, USER_DEFINED = 1, 4  # sentencepiece's piece types
 
 
@@ -76,6 +76,11 @@ class Tokenizer:
         """The whole sentencepiece model, built at first use where the model file has a piece index."""
         return built(self.sp_model, self.source)
 
+    @property
+    def cutting(self) -> bool:
+        """Whether texts go through the cut vocabulary: there is one and the whole model is not built yet."""
+        return self.cut is not None and "sp" not in self.__dict__
+
     def __len__(self) -> int:
         return len(self.cut.sizes) if self.cut is not None else self.sp.get_piece_size()
 
@@ -97,7 +102,7 @@ class Tokenizer:
 
     def piece_id(self, piece: str) -> int:
         """The id of a piece (the unknown piece's for none), without building the whole model for it."""
-        if self.cut is not None and "sp" not in self.__dict__:
+        if self.cutting:
             return self.cut.ids_of([piece]).get(piece, self.unk_id)
         return self.sp.piece_to_id(piece)
 
@@ -107,7 +112,7 @@ class Tokenizer:
         first SMALL_CHARS characters of a process go through the cut vocabulary, where the model file has an index."""
         texts = cased(texts, self.lowercase)
         try:
-            if self.cut is not None and "sp" not in self.__dict__:
+            if self.cutting:
                 chars = sum(map(len, texts))
                 if self.cut_chars + chars <= SMALL_CHARS:
                     self.cut_chars += chars
@@ -115,10 +120,8 @@ class Tokenizer:
             if len(texts) < SP_BATCH:
                 return [self.sp.encode(text) for text in texts]
             return self.sp.encode(texts, num_threads=num_threads)
-        except (
-            RuntimeError,
-            UnicodeEncodeError,
-        ):  # pybind's "Unable to cast": a text that is not UTF-8 (a lone surrogate)
+        # pybind's "Unable to cast" (or the cut vocabulary's encode): a text that is not UTF-8 (a lone surrogate)
+        except (RuntimeError, UnicodeEncodeError):
             for text in texts:
                 try:
                     text.encode("utf-8")
@@ -233,7 +236,7 @@ def piece_index(sp_model: bytes) -> dict | None:
 class CutVocabulary:
     """A sentencepiece model tokenizing each batch with only the pieces its normalized texts hold as substrings
     (found by `piece_index`'s hashes, checked against the model's bytes), plus those always kept: a unigram
-    model's best segmentation uses no other piece, so the ids are the whole model's (tests/test_pieces.py checks
+    model's best segmentation uses no other piece, so the ids are the whole model's (tests/test_static.py checks
     it), for a fraction of a millisecond of building instead of 0.1 s. Its index is checked against the model's
     bytes here; a ModelError names `source` when they disagree."""
 
