@@ -394,21 +394,33 @@ class Parts:
         import pyarrow as pa
 
         vectors = self.model.embed_here(lines, self.batch_size, finish=self.finish)
-        column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
+        column = pa.FixedSizeListArray.from_arrays(numeric(vectors.reshape(-1)), vectors.shape[1])
         return keyed(file, first, len(lines)).append_column("vector", column)
 
     def scores(self, file: str, first: int, pairs: list[tuple[str, str]]):
-        import pyarrow as pa
-
         scores = np.array(self.model.score_raw_text(pairs, self.batch_size), dtype=np.float64)
-        return keyed(file, first, len(pairs)).append_column("score", pa.array(scores))
+        return keyed(file, first, len(pairs)).append_column("score", numeric(scores))
 
 
 def keyed(file: str, first: int, count: int):
     """The key columns of `count` rows from line `first` (0-based) of `file`."""
     import pyarrow as pa
 
-    return pa.table({"file": pa.array([file] * count, pa.string()), "line": pa.array(np.arange(first, first + count))})
+    name = file.encode()
+    offsets = np.arange(count + 1, dtype=np.int64) * len(name)
+    kind = pa.string() if offsets[-1] < 2**31 else pa.large_string()  # int32 offsets, as pa.array gave, where they fit
+    offsets = offsets.astype(np.int32) if kind == pa.string() else offsets
+    files = pa.Array.from_buffers(kind, count, [None, pa.py_buffer(offsets), pa.py_buffer(name * count)])
+    return pa.Table.from_arrays([files, numeric(np.arange(first, first + count))], ["file", "line"])
+
+
+def numeric(values: np.ndarray):
+    """A 1-d numpy array as an Arrow array over the same bytes. pa.array would import pandas to ask whether the
+    values are a pandas object: a second or more of each actor's first item, which the stall clock counted."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
 def write_part(path: Path, table) -> tuple[int, str]:

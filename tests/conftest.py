@@ -43,8 +43,9 @@ def pytest_configure(config) -> None:
 
 
 # The xdist groups (each runs whole on one worker), longest first: xdist hands work out in collection order, and the
-# ray group (about a minute and a half) collected last left the other worker idle at the end
-LONG_GROUPS = ["ray", "ddp", "demo", "install"]
+# ray group (about a minute and a half) collected last left the other worker idle at the end. The Ray tests are two
+# groups, one a module, each on a worker with a Ray of its own: as one they were the suite's whole wall time
+LONG_GROUPS = ["ray", "ray-jobs", "ddp", "demo", "install"]
 
 
 def pytest_collection_modifyitems(items: list) -> None:
@@ -124,8 +125,8 @@ def ray_session():
 
 @pytest.fixture
 def local_ray(ray_session) -> str:
-    """One local Ray with 2 CPUs for the ray group's tests (one xdist worker runs them all): the first test that
-    asks starts it (5 s), the rest share it, and a test that shut it down for a Ray of its own leaves it to start
+    """One local Ray with 2 CPUs for the tests of a Ray group (each group runs whole on one xdist worker): the first
+    test that asks starts it (5 s), the rest share it, and a test that shut it down for a Ray of its own leaves it to start
     again. Its address, for drivers in other processes."""
     ray = need("ray")
     if not ray.is_initialized():

@@ -22,7 +22,7 @@ from conftest import dead_pid, generated_sentences, need
 
 from paraphrastic import commit, embed_sentences, mine_bitext, score_sentence_pairs
 
-pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray-jobs")]
 ROOT = Path(__file__).resolve().parent.parent
 FINISHED = sorted([commit.DONE, commit.MANIFEST])  # what a finished folder holds beside its parts
 
@@ -468,6 +468,27 @@ def test_a_local_ray_is_gone_when_its_driver_is_killed(tiny_model_file, tmp_path
     if how == signal.SIGTERM:
         assert code == 143 and "interrupted;" in err.splitlines()[-1] and "embed:" in err
         assert "WARNING" not in err and "Token authentication" not in err
+
+
+def test_a_parts_columns_import_neither_pandas_nor_arrows_compute():
+    """An actor's first part cost it 1-2.6 s of imports (pa.array imports pandas, a cast pyarrow.compute), which
+    the stall clock counted: a loaded machine took healthy actors for hung. The columns are built from their bytes,
+    equal to pa.array's, in a fresh Python."""
+    need("pyarrow")
+    code = """if True:
+        import sys
+        import numpy as np
+        from paraphrastic.ray_engine import keyed, numeric
+        tables = [keyed("dir/é.txt", 7, 3).append_column("v", numeric(np.arange(3, dtype=t))) for t in ("f4", "f2", "i1")]
+        assert not {"pandas", "pyarrow.compute"} & set(sys.modules), "imported"
+        import pyarrow as pa
+        for table, t in zip(tables, ("f4", "f2", "i1")):
+            table.validate(full=True)
+            want = pa.table({"file": pa.array(["dir/é.txt"] * 3, pa.string()), "line": pa.array(np.arange(7, 10)),
+                             "v": pa.array(np.arange(3, dtype=t))})
+            assert table.equals(want), (table, want)
+    """
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
 def test_the_engine_imports_no_command_module():
