@@ -30,6 +30,7 @@ def test_replace_between_markers_keeps_the_rest():
         run.replace_between("no markers", "new")
 
 
+@pytest.mark.long
 def test_the_device_check_runs_whole_on_the_cpu(shared_data, tmp_path):
     """bench_gpu.py --dry-run: every part of the one call on a lent GPU machine, small and on the CPU, so that its
     few minutes never meet a broken script; every figure it prints is there, and no part failed. Its data folder is

@@ -64,6 +64,7 @@ print((kib("VmHWM") - before) * 1024 - rows.nbytes, rows.shape[0])
 """
 
 
+@pytest.mark.long
 def test_a_streamed_million_costs_the_output_and_a_window_not_the_corpus(tiny_model_file):
     done = subprocess.run([sys.executable, "-c", MEMORY, str(tiny_model_file), "1000000"],
                           capture_output=True, text=True, check=True)  # fmt: skip

@@ -1012,6 +1012,7 @@ def hostile_layouts(tiny_model, tmp_path) -> dict[str, Path]:
     return files
 
 
+@pytest.mark.long
 def test_hostile_model_layouts_are_refused_in_one_line_in_little_memory_and_time(tiny_model, tmp_path):
     """Both readers (load_model, load_encoder: the commands' torch-free one) and paraphrastic-embed refuse each file
     in one line, within 10 s and under 1 GB at the peak (a stride-0 table once took 6.8 GB; 200 deflated members

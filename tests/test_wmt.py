@@ -7,6 +7,7 @@ import gzip
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 from paraphrastic.preprocess import wmt
@@ -74,6 +75,7 @@ def test_the_scripts_keep_the_held_apart_sets_out(tmp_path):
     assert sorted(wmt_text.splitlines()) == ["A cat sat.", "Rain is coming.", "The cat sat down."]
 
 
+@pytest.mark.long
 def test_no_held_apart_sentence_is_in_the_real_training_text(shared_data):
     held, base = wmt.held_apart_sentences(shared_data), set(english_training_sentences(shared_data))
     assert len(held & base) < 30  # a few short ones the older text holds ("Yes.", "Thank you in advance.")
