@@ -120,7 +120,10 @@ class Job:
             self.staged = True
             return
         ours = (CLAIM, STAGING) if took_over else (CLAIM,)
-        others = sorted(p.name for p in self.out.iterdir() if p.name not in ours)
+        # another run's attempt at the claim (`claim`'s temporary) is not content: it fails, since this run holds
+        # the claim, and is gone once that run has seen so (two runs started together both gave up over it)
+        attempt = re.compile(rf"\.{CLAIM}\.\d+\.[0-9a-f]+\.tmp")
+        others = sorted(p.name for p in self.out.iterdir() if p.name not in ours and not attempt.fullmatch(p.name))
         if (self.out / DONE).exists() or (self.out / MANIFEST).exists():
             raise InputError(f"{self.out}: holds the finished output of an earlier run; give a new --output-dir")
         if others:

@@ -303,6 +303,27 @@ def test_a_claimed_folder_is_refused_while_its_run_holds_it(tmp_path):
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == FINISHED
 
 
+def test_another_runs_attempt_at_the_claim_is_not_content(tmp_path):
+    """Two runs started together: the one that got the claim found the other's claim temporary in the folder,
+    called the folder not empty and gave up, while the other found the claim unlocked and called it a stopped run
+    (the fresh-clone CI once, both refused). The winner now takes no attempt at the claim for content."""
+    need("pyarrow")  # the manifest is a Parquet file
+    spec = {"kind": "embed", "inputs": [], "model": {}, "options": {}, "items": []}
+    out = tmp_path / "o"
+    out.mkdir()
+    attempt = out / f".{commit.CLAIM}.{os.getpid()}.0123456789ab.tmp"  # a live run's, between its open and link
+    attempt.write_text("{}")
+    job = commit.Job.open(out, spec)
+    attempt.unlink()  # as that run does once its link fails
+    job.publish({}, {})
+    assert sorted(p.name for p in out.iterdir()) == FINISHED
+    for name in ("x.12345678.tmp", f".{commit.CLAIM}.backup"):  # anything else is content, as before
+        (tmp_path / name).mkdir()
+        (tmp_path / name / name).write_text("mine")
+        with pytest.raises(commit.InputError, match="is not empty"):
+            commit.Job.open(tmp_path / name, spec)
+
+
 def test_a_run_resumed_after_a_kill_mid_manifest_or_mid_claim_leaves_only_its_output(tmp_path):
     """A driver killed while it wrote its manifest or _SUCCESS (their temporaries, never renamed) or its claim (never
     linked): the run
