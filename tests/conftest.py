@@ -49,8 +49,8 @@ LONG_GROUPS = ["ray", "ray-jobs", "ddp", "demo", "install"]
 
 
 def pytest_collection_modifyitems(items: list) -> None:
-    """Collect the long groups first, in LONG_GROUPS' order, then the tests marked long (a quarter-minute or so
-    each: one started last kept the other worker idle for as long), then every other test, each in its own order."""
+    """Collect the long groups first, in LONG_GROUPS' order, then the tests marked long (ten seconds or more each:
+    one started last kept the other worker idle for as long), then every other test, each in its own order."""
 
     def rank(item) -> int:
         group = item.get_closest_marker("xdist_group")
@@ -129,8 +129,8 @@ def ray_session():
 @pytest.fixture
 def local_ray(ray_session) -> str:
     """One local Ray with 2 CPUs for the tests of a Ray group (each group runs whole on one xdist worker): the first
-    test that asks starts it (5 s), the rest share it, and a test that shut it down for a Ray of its own leaves it to start
-    again. Its address, for drivers in other processes."""
+    test that asks starts it (5 s), the rest share it, and a test that shut it down for a Ray of its own leaves it to
+    start again. Its address, for drivers in other processes."""
     ray = need("ray")
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
