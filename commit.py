@@ -48,6 +48,7 @@ STAGED = ".staged"  # a staged part's suffix: part-*.parquet.staged
 FORMAT, VERSION = "paraphrastic-parts", 3  # version 3: each part's size and sha256
 PART = re.compile(r"part-\d{6}-\d{5}\.parquet")  # a part's name: its item, then its number in the item
 SHA256 = re.compile(r"[0-9a-f]{64}")
+ATTEMPT = re.compile(rf"\.{CLAIM}\.\d+\.[0-9a-f]+\.tmp")  # `claim`'s temporary: .{CLAIM}.PID.RUN.tmp
 KEY = b"paraphrastic"  # the manifest's key in the Parquet metadata
 
 
@@ -120,10 +121,9 @@ class Job:
             self.staged = True
             return
         ours = (CLAIM, STAGING) if took_over else (CLAIM,)
-        # another run's attempt at the claim (`claim`'s temporary) is not content: it fails, since this run holds
-        # the claim, and is gone once that run has seen so (two runs started together both gave up over it)
-        attempt = re.compile(rf"\.{CLAIM}\.\d+\.[0-9a-f]+\.tmp")
-        others = sorted(p.name for p in self.out.iterdir() if p.name not in ours and not attempt.fullmatch(p.name))
+        # another run's attempt at the claim (ATTEMPT) is not content: it fails, since this run holds the claim,
+        # and is gone once that run has seen so (two runs started together both gave up over it)
+        others = sorted(p.name for p in self.out.iterdir() if p.name not in ours and not ATTEMPT.fullmatch(p.name))
         if (self.out / DONE).exists() or (self.out / MANIFEST).exists():
             raise InputError(f"{self.out}: holds the finished output of an earlier run; give a new --output-dir")
         if others:
